@@ -1,0 +1,71 @@
+"""controlmsg: in-band watermarks and end of stream across Kafka intermediate topics.
+
+Layers, each importing only the ones before it:
+
+* :mod:`controlmsg.core`: messages, the envelope codec, per-partition bookkeeping. Pure, no I/O.
+* :mod:`controlmsg.kafka`: the writer, the reader, topic admin and checkpoints, on confluent-kafka.
+* :mod:`controlmsg.broker`: a local single-node Kafka for tests and demos, without Docker.
+* :mod:`controlmsg.cli`: the ``controlmsg`` command.
+
+The Spark side lives in the ``spark_jobs`` package.
+"""
+
+from controlmsg.core import (
+    MAX_TIMESTAMP,
+    PROTOCOL_VERSION,
+    ControlMessage,
+    EndOfStreamMessage,
+    Event,
+    InputTracker,
+    MessageType,
+    PartitionEnded,
+    StreamEnded,
+    WatermarkAdvanced,
+    WatermarkMessage,
+    decode,
+    encode_control,
+    encode_json,
+    encode_user,
+)
+from controlmsg.errors import (
+    BrokerError,
+    CheckpointError,
+    ControlMsgError,
+    DecodeError,
+    DeliveryError,
+    Location,
+    ProtocolError,
+    ProtocolViolation,
+    ReadError,
+    TopicError,
+    UnsupportedVersion,
+)
+
+__all__ = [
+    "MAX_TIMESTAMP",
+    "PROTOCOL_VERSION",
+    "BrokerError",
+    "CheckpointError",
+    "ControlMessage",
+    "ControlMsgError",
+    "DecodeError",
+    "DeliveryError",
+    "EndOfStreamMessage",
+    "Event",
+    "InputTracker",
+    "Location",
+    "MessageType",
+    "PartitionEnded",
+    "ProtocolError",
+    "ProtocolViolation",
+    "ReadError",
+    "StreamEnded",
+    "TopicError",
+    "UnsupportedVersion",
+    "WatermarkAdvanced",
+    "WatermarkMessage",
+    "decode",
+    "encode_control",
+    "encode_json",
+    "encode_user",
+]

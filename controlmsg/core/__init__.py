@@ -1,0 +1,47 @@
+"""The pure core of controlmsg: messages, the envelope codec and the bookkeeping. No I/O here.
+
+Nothing in this package imports confluent_kafka or pyspark, reads the clock, sleeps or touches files;
+offsets and messages come in as arguments and events come out as return values.
+"""
+
+from controlmsg.core.bookkeeping import (
+    Counters,
+    Event,
+    InputTracker,
+    PartitionEnded,
+    PartitionStatus,
+    StreamEnded,
+    WatermarkAdvanced,
+)
+from controlmsg.core.codec import decode, decode_json_payload, encode_control, encode_json, encode_user
+from controlmsg.core.messages import (
+    MAX_TIMESTAMP,
+    MIN_TIMESTAMP,
+    PROTOCOL_VERSION,
+    ControlMessage,
+    EndOfStreamMessage,
+    MessageType,
+    WatermarkMessage,
+)
+
+__all__ = [
+    "MAX_TIMESTAMP",
+    "MIN_TIMESTAMP",
+    "PROTOCOL_VERSION",
+    "ControlMessage",
+    "Counters",
+    "EndOfStreamMessage",
+    "Event",
+    "InputTracker",
+    "MessageType",
+    "PartitionEnded",
+    "PartitionStatus",
+    "StreamEnded",
+    "WatermarkAdvanced",
+    "WatermarkMessage",
+    "decode",
+    "decode_json_payload",
+    "encode_control",
+    "encode_json",
+    "encode_user",
+]

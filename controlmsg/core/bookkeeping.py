@@ -1,0 +1,350 @@
+"""Per-partition bookkeeping of upstream tasks and its reconciliation. Pure: no I/O, no clock.
+
+Everything that decides what a downstream consumer knows about its upstream lives here. The rules, for
+one consumer that owns a set of partitions of one intermediate topic and follows one run:
+
+* **Run.** Control messages of other runs are ignored and counted (``stale_run``). With no run given,
+  the tracker follows the run of the first control message it sees.
+* **Task count.** The first control message of the run fixes ``taskCount``; a message that disagrees is
+  a :class:`~controlmsg.errors.ProtocolViolation`. So is a partition hearing from more distinct tasks
+  than ``taskCount``.
+* **End of stream of a partition**, ``EOS(p)``: the distinct tasks that sent END_OF_STREAM on ``p``
+  number ``taskCount``. Duplicates count once.
+* **Watermark of a partition**, ``WM(p)``: undefined until every task has reported on ``p`` (a watermark
+  or its end of stream); then the minimum over tasks of each task's latest watermark, an ended task
+  counting as :data:`~controlmsg.core.messages.MAX_TIMESTAMP` (+infinity). A task's watermark never goes
+  back: a lower one is ignored and counted (``regressions``); one after the task's own end of stream is
+  ignored and counted (``after_end``).
+* **Consumer watermark**: the minimum of ``WM(p)`` over owned partitions, undefined while any is
+  undefined. :class:`WatermarkAdvanced` is emitted only when it strictly increases to a finite value.
+* **Consumer end of stream**: :class:`PartitionEnded` once per partition, when ``EOS(p)`` first holds;
+  :class:`StreamEnded` once, when it holds for every owned partition.
+
+A message is checked completely before anything is changed, so a message that raises leaves the tracker
+as it was (the caller may dead-letter it and go on). :meth:`InputTracker.snapshot` and
+:meth:`InputTracker.restore` carry all of this across restarts, so a restored tracker never emits an
+event the original had already emitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from controlmsg.core.messages import MAX_TIMESTAMP, ControlMessage, EndOfStreamMessage
+from controlmsg.errors import CheckpointError, Location, ProtocolViolation
+
+__all__ = [
+    "Counters",
+    "Event",
+    "InputTracker",
+    "PartitionEnded",
+    "PartitionStatus",
+    "StreamEnded",
+    "WatermarkAdvanced",
+]
+
+SNAPSHOT_FORMAT: Final = 1
+
+
+@dataclass(frozen=True, slots=True)
+class WatermarkAdvanced:
+    """The consumer's watermark strictly increased to ``timestamp`` (finite)."""
+
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionEnded:
+    """End of stream now holds for ``partition``: every upstream task has ended on it."""
+
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnded:
+    """End of stream holds for every partition the consumer owns."""
+
+
+Event = WatermarkAdvanced | PartitionEnded | StreamEnded
+
+
+@dataclass(slots=True)
+class Counters:
+    """Control messages that were valid but changed nothing, by why."""
+
+    stale_run: int = 0
+    regressions: int = 0
+    duplicate_eos: int = 0
+    after_end: int = 0
+    applied: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStatus:
+    """What one partition knows, for inspection and for timeout messages."""
+
+    partition: int
+    task_count: int | None
+    watermarks: Mapping[str, int]
+    ended_tasks: frozenset[str]
+    watermark: int | None
+    """``WM(p)``: ``None`` while undefined, :data:`MAX_TIMESTAMP` once every task ended."""
+
+    @property
+    def is_ended(self) -> bool:
+        return self.task_count is not None and len(self.ended_tasks) >= self.task_count
+
+    @property
+    def reported_tasks(self) -> frozenset[str]:
+        return frozenset(self.watermarks) | self.ended_tasks
+
+    @property
+    def open_tasks(self) -> list[str]:
+        """Tasks that reported here but still owe an end of stream, sorted."""
+        return sorted(set(self.watermarks) - self.ended_tasks)
+
+    @property
+    def unheard_tasks(self) -> int | None:
+        """How many tasks have not reported at all here (``None``: task count not known yet)."""
+        if self.task_count is None:
+            return None
+        return self.task_count - len(self.reported_tasks)
+
+    @property
+    def holding_task(self) -> tuple[str, int] | None:
+        """The open task whose watermark is the lowest, with that watermark: it holds ``WM(p)`` back."""
+        open_marks = [(ts, t) for t, ts in self.watermarks.items() if t not in self.ended_tasks]
+        if not open_marks:
+            return None
+        ts, task = min(open_marks)
+        return task, ts
+
+
+@dataclass(slots=True)
+class _Partition:
+    watermarks: dict[str, int] = field(default_factory=dict)
+    ended: set[str] = field(default_factory=set)
+    wm: int | None = None  # cached WM(p)
+
+
+def _partition_watermark(part: _Partition, task_count: int) -> int | None:
+    """``WM(p)``: undefined until all ``task_count`` tasks reported; an ended task counts as +infinity
+    (ended tasks without a watermark have no entry, so ``default`` covers "all ended")."""
+    if len(part.watermarks.keys() | part.ended) < task_count:
+        return None
+    return min(
+        (ts for t, ts in part.watermarks.items() if t not in part.ended),
+        default=MAX_TIMESTAMP,
+    )
+
+
+class InputTracker:
+    """Bookkeeping for one consumer of one intermediate topic.
+
+    ``partitions`` are the partitions this consumer owns. ``run_id``: the run to follow, or ``None`` to
+    follow the run of the first control message seen. ``topic`` only names the topic in errors.
+
+    Not thread-safe; one tracker per consumer loop.
+    """
+
+    def __init__(self, partitions: Iterable[int], run_id: str | None = None, topic: str | None = None) -> None:
+        parts = sorted(set(partitions))
+        if not parts:
+            raise ValueError("a tracker needs at least one partition")
+        self.topic = topic
+        self._run_id = run_id
+        self._task_count: int | None = None
+        self._parts: dict[int, _Partition] = {p: _Partition() for p in parts}
+        self._ended: set[int] = set()
+        self._emitted: int | None = None
+        self._stream_ended = False
+        self.counters = Counters()
+
+    # ---------------------------------------------------------------- queries
+
+    @property
+    def partitions(self) -> list[int]:
+        return list(self._parts)
+
+    @property
+    def run_id(self) -> str | None:
+        """The run followed: given, or adopted from the first control message (``None`` until then)."""
+        return self._run_id
+
+    @property
+    def task_count(self) -> int | None:
+        return self._task_count
+
+    @property
+    def watermark(self) -> int | None:
+        """The consumer watermark now: ``None`` while undefined, ``MAX_TIMESTAMP`` when all ended."""
+        marks = [part.wm for part in self._parts.values()]
+        if any(m is None for m in marks):
+            return None
+        return min(m for m in marks if m is not None)
+
+    @property
+    def emitted_watermark(self) -> int | None:
+        """The last watermark reported with :class:`WatermarkAdvanced` (``None``: none yet)."""
+        return self._emitted
+
+    @property
+    def ended_partitions(self) -> frozenset[int]:
+        return frozenset(self._ended)
+
+    @property
+    def is_ended(self) -> bool:
+        """True once :class:`StreamEnded` has been emitted: every owned partition has ended."""
+        return self._stream_ended
+
+    def status(self, partition: int) -> PartitionStatus:
+        part = self._parts[partition]
+        return PartitionStatus(
+            partition=partition,
+            task_count=self._task_count,
+            watermarks=dict(part.watermarks),
+            ended_tasks=frozenset(part.ended),
+            watermark=part.wm,
+        )
+
+    def statuses(self) -> list[PartitionStatus]:
+        return [self.status(p) for p in self._parts]
+
+    # ---------------------------------------------------------------- transitions
+
+    def on_control(self, partition: int, message: ControlMessage, offset: int | None = None) -> list[Event]:
+        """Apply one control message read at ``partition`` (and ``offset``, for errors only).
+
+        Returns the events it causes, in order: at most one :class:`WatermarkAdvanced`, then
+        :class:`PartitionEnded`, then :class:`StreamEnded`. Raises :class:`ProtocolViolation` (and changes
+        nothing) when the message contradicts the run; ``KeyError`` for a partition not owned.
+        """
+        part = self._parts[partition]
+        if self._run_id is not None and message.run_id != self._run_id:
+            self.counters.stale_run += 1
+            return []
+        task = message.task_name
+        known = task in part.watermarks or task in part.ended
+        count = self._task_count
+        if count is not None and message.task_count != count:
+            raise ProtocolViolation(
+                f"task {task!r} says taskCount {message.task_count}, but run {message.run_id!r} "
+                f"has taskCount {count}",
+                Location(self.topic, partition, offset),
+            )
+        if not known and len(part.watermarks.keys() | part.ended) >= message.task_count:
+            raise ProtocolViolation(
+                f"task {task!r} would be task number {len(part.watermarks.keys() | part.ended) + 1} on this "
+                f"partition, but taskCount is {message.task_count}",
+                Location(self.topic, partition, offset),
+            )
+        # Validated: from here on the message is applied.
+        if self._run_id is None:
+            self._run_id = message.run_id
+        if count is None:
+            self._task_count = message.task_count
+        if task in part.ended:
+            if isinstance(message, EndOfStreamMessage):
+                self.counters.duplicate_eos += 1
+            else:
+                self.counters.after_end += 1
+            return []
+        if isinstance(message, EndOfStreamMessage):
+            part.ended.add(task)
+        else:
+            previous = part.watermarks.get(task)
+            if previous is not None and message.timestamp <= previous:
+                if message.timestamp < previous:
+                    self.counters.regressions += 1
+                return []
+            part.watermarks[task] = message.timestamp
+        self.counters.applied += 1
+        return self._reconcile(partition, part)
+
+    def _reconcile(self, partition: int, part: _Partition) -> list[Event]:
+        count = self._task_count
+        assert count is not None
+        part.wm = _partition_watermark(part, count)
+        if part.wm is None:
+            return []
+        events: list[Event] = []
+        wm = self.watermark
+        if wm is not None and wm < MAX_TIMESTAMP and (self._emitted is None or wm > self._emitted):
+            self._emitted = wm
+            events.append(WatermarkAdvanced(wm))
+        if len(part.ended) >= count and partition not in self._ended:
+            self._ended.add(partition)
+            events.append(PartitionEnded(partition))
+            if len(self._ended) == len(self._parts) and not self._stream_ended:
+                self._stream_ended = True
+                events.append(StreamEnded())
+        return events
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def snapshot(self) -> dict[str, Any]:
+        """All bookkeeping as a JSON-compatible dict (keys are strings), for a checkpoint."""
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "topic": self.topic,
+            "runId": self._run_id,
+            "taskCount": self._task_count,
+            "emittedWatermark": self._emitted,
+            "streamEnded": self._stream_ended,
+            "partitions": {
+                str(p): {"watermarks": dict(part.watermarks), "ended": sorted(part.ended)}
+                for p, part in self._parts.items()
+            },
+            "counters": {
+                "staleRun": self.counters.stale_run,
+                "regressions": self.counters.regressions,
+                "duplicateEos": self.counters.duplicate_eos,
+                "afterEnd": self.counters.after_end,
+                "applied": self.counters.applied,
+            },
+        }
+
+    @classmethod
+    def restore(cls, snapshot: Mapping[str, Any], run_id: str | None = None) -> InputTracker:
+        """Rebuild a tracker from :meth:`snapshot`'s output.
+
+        ``run_id``, if given, must agree with the snapshot's followed run. Raises :class:`CheckpointError`
+        when the snapshot is malformed or of another format or run.
+        """
+        try:
+            if snapshot["format"] != SNAPSHOT_FORMAT:
+                raise CheckpointError(f"bookkeeping snapshot format {snapshot['format']!r} is not supported")
+            saved_run = snapshot["runId"]
+            if run_id is not None and saved_run is not None and saved_run != run_id:
+                raise CheckpointError(
+                    f"checkpoint follows run {saved_run!r}, but run {run_id!r} was asked for"
+                )
+            parts = snapshot["partitions"]
+            tracker = cls((int(p) for p in parts), run_id if run_id is not None else saved_run,
+                          snapshot.get("topic"))
+            tracker._task_count = snapshot["taskCount"]
+            tracker._emitted = snapshot["emittedWatermark"]
+            tracker._stream_ended = bool(snapshot["streamEnded"])
+            for p, saved in parts.items():
+                part = tracker._parts[int(p)]
+                part.watermarks = {str(t): int(ts) for t, ts in saved["watermarks"].items()}
+                part.ended = {str(t) for t in saved["ended"]}
+                if tracker._task_count is not None:
+                    part.wm = _partition_watermark(part, tracker._task_count)
+                    if len(part.ended) >= tracker._task_count:
+                        tracker._ended.add(int(p))
+            counters = snapshot.get("counters", {})
+            tracker.counters = Counters(
+                stale_run=int(counters.get("staleRun", 0)),
+                regressions=int(counters.get("regressions", 0)),
+                duplicate_eos=int(counters.get("duplicateEos", 0)),
+                after_end=int(counters.get("afterEnd", 0)),
+                applied=int(counters.get("applied", 0)),
+            )
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CheckpointError(f"bookkeeping snapshot is malformed: {exc!r}") from exc
+        return tracker

@@ -1,0 +1,130 @@
+"""The envelope codec, wire format version 1. Pure: no I/O.
+
+``value = MessageType byte + MessageData``. User data is the user serde's bytes, untouched; control data
+is a UTF-8 JSON object with camelCase fields (``version``, ``taskName``, ``taskCount``, ``timestamp``,
+``runId``). Unknown extra fields are ignored. Everything else that is not exactly this is a
+:class:`~controlmsg.errors.DecodeError`, never user data.
+
+orjson is used here and nowhere else in the core; its errors are translated at this boundary.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import orjson
+
+from controlmsg.core.messages import (
+    PROTOCOL_VERSION,
+    ControlMessage,
+    EndOfStreamMessage,
+    MessageType,
+    WatermarkMessage,
+)
+from controlmsg.errors import DecodeError, UnsupportedVersion
+
+__all__ = [
+    "decode",
+    "decode_json_payload",
+    "encode_control",
+    "encode_json",
+    "encode_user",
+]
+
+_USER: Final = bytes([MessageType.USER_MESSAGE])
+_WATERMARK: Final = bytes([MessageType.WATERMARK])
+_EOS: Final = bytes([MessageType.END_OF_STREAM])
+_USER_BYTE: Final = int(MessageType.USER_MESSAGE)
+_WATERMARK_BYTE: Final = int(MessageType.WATERMARK)
+_EOS_BYTE: Final = int(MessageType.END_OF_STREAM)
+
+
+def encode_user(payload: bytes) -> bytes:
+    """Wrap a user payload (already serialized by the user's serde) in the envelope."""
+    return _USER + payload
+
+
+def encode_json(value: Any) -> bytes:
+    """Wrap a JSON-serializable value with the default serde (orjson). Raises ``TypeError`` if it is not."""
+    return _USER + orjson.dumps(value)
+
+
+def encode_control(message: ControlMessage) -> bytes:
+    """Encode a watermark or end-of-stream message as an envelope."""
+    body: dict[str, Any] = {
+        "version": message.version,
+        "taskName": message.task_name,
+        "taskCount": message.task_count,
+        "runId": message.run_id,
+    }
+    if isinstance(message, WatermarkMessage):
+        body["timestamp"] = message.timestamp
+        return _WATERMARK + orjson.dumps(body)
+    return _EOS + orjson.dumps(body)
+
+
+def decode(value: bytes | None) -> bytes | ControlMessage:
+    """Decode one record value.
+
+    Returns the user payload (``bytes``, the serde's bytes without the type byte) for a user message,
+    or the control message. Raises :class:`DecodeError` (without location: the caller adds it with
+    :meth:`~controlmsg.errors.ProtocolError.at`) for a null or empty value, an unknown type byte, or a
+    control body that is not a valid version-1 control message; :class:`UnsupportedVersion` for a
+    control message of another version.
+    """
+    if not value:
+        raise DecodeError("empty value: every record needs at least the MessageType byte")
+    kind = value[0]
+    if kind == _USER_BYTE:
+        return value[1:]
+    if kind == _WATERMARK_BYTE:
+        return _decode_control(value, MessageType.WATERMARK)
+    if kind == _EOS_BYTE:
+        return _decode_control(value, MessageType.END_OF_STREAM)
+    raise DecodeError(f"unknown MessageType byte {kind} (expected 0, 1 or 2)")
+
+
+def decode_json_payload(payload: bytes) -> Any:
+    """Decode a user payload written with the default JSON serde. Raises :class:`DecodeError`."""
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"user payload is not JSON: {exc}") from exc
+
+
+def _decode_control(value: bytes, kind: MessageType) -> ControlMessage:
+    name = kind.name
+    try:
+        body = orjson.loads(value[1:])
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"{name} body is not valid UTF-8 JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise DecodeError(f"{name} body must be a JSON object, got {type(body).__name__}")
+    version = body.get("version")
+    if type(version) is not int:
+        raise DecodeError(f"{name} field 'version' must be an integer, got {version!r}")
+    if version != PROTOCOL_VERSION:
+        raise UnsupportedVersion(
+            f"{name} has version {version}; this reader understands version {PROTOCOL_VERSION} only"
+        )
+    task_name = _field(body, "taskName", str, name)
+    task_count = _field(body, "taskCount", int, name)
+    # runId is optional on the wire (a writer without runs omits it); when present it must be a string.
+    run_id = _field(body, "runId", str, name) if "runId" in body else ""
+    try:
+        if kind is MessageType.WATERMARK:
+            timestamp = _field(body, "timestamp", int, name)
+            return WatermarkMessage(task_name, task_count, timestamp, run_id, version)
+        return EndOfStreamMessage(task_name, task_count, run_id, version)
+    except ValueError as exc:
+        raise DecodeError(f"{name} is invalid: {exc}") from exc
+
+
+def _field(body: dict[str, Any], key: str, typ: type, name: str) -> Any:
+    if key not in body:
+        raise DecodeError(f"{name} is missing required field {key!r}")
+    got = body[key]
+    # bool is an int subclass in Python but not a JSON integer; refuse it.
+    if type(got) is not typ:
+        raise DecodeError(f"{name} field {key!r} must be {typ.__name__}, got {got!r}")
+    return got

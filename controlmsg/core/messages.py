@@ -1,0 +1,91 @@
+"""Control messages and the envelope type byte. Pure: no I/O.
+
+A control message is a frozen dataclass that validates on construction, so an instance that exists is
+always well-formed: a non-empty ``task_name``, ``task_count >= 1``, a ``timestamp`` that is a real int
+inside the signed 64-bit range (watermarks only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Final
+
+__all__ = [
+    "MAX_TIMESTAMP",
+    "MIN_TIMESTAMP",
+    "PROTOCOL_VERSION",
+    "ControlMessage",
+    "EndOfStreamMessage",
+    "MessageType",
+    "WatermarkMessage",
+]
+
+PROTOCOL_VERSION: Final = 1
+"""The control-message version this code writes and the only one it reads."""
+
+MIN_TIMESTAMP: Final = -(2**63)
+MAX_TIMESTAMP: Final = 2**63 - 1
+"""Watermark timestamps are signed 64-bit ms, as in Kafka. ``MAX_TIMESTAMP`` itself means "end of time":
+a task that has ended counts as ``MAX_TIMESTAMP``, so a watermark message must be below it."""
+
+
+class MessageType(IntEnum):
+    """The first byte of every record value on an intermediate topic."""
+
+    USER_MESSAGE = 0
+    WATERMARK = 1
+    END_OF_STREAM = 2
+
+
+def _check_common(task_name: object, task_count: object, run_id: object, version: object) -> None:
+    if not isinstance(task_name, str) or not task_name:
+        raise ValueError(f"taskName must be a non-empty string, got {task_name!r}")
+    if type(task_count) is not int or task_count < 1:
+        raise ValueError(f"taskCount must be an integer >= 1, got {task_count!r}")
+    if not isinstance(run_id, str):
+        raise ValueError(f"runId must be a string, got {run_id!r}")
+    if type(version) is not int:
+        raise ValueError(f"version must be an integer, got {version!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class WatermarkMessage:
+    """Upstream task ``task_name`` promises that no later message of its own is older than ``timestamp``."""
+
+    task_name: str
+    task_count: int
+    timestamp: int
+    run_id: str = ""
+    version: int = PROTOCOL_VERSION
+
+    def __post_init__(self) -> None:
+        _check_common(self.task_name, self.task_count, self.run_id, self.version)
+        if type(self.timestamp) is not int or not MIN_TIMESTAMP <= self.timestamp < MAX_TIMESTAMP:
+            raise ValueError(
+                f"timestamp must be an integer in [{MIN_TIMESTAMP}, {MAX_TIMESTAMP}), got {self.timestamp!r}"
+            )
+
+    @property
+    def type(self) -> MessageType:
+        return MessageType.WATERMARK
+
+
+@dataclass(frozen=True, slots=True)
+class EndOfStreamMessage:
+    """Upstream task ``task_name`` has written its last message to this topic in run ``run_id``."""
+
+    task_name: str
+    task_count: int
+    run_id: str = ""
+    version: int = PROTOCOL_VERSION
+
+    def __post_init__(self) -> None:
+        _check_common(self.task_name, self.task_count, self.run_id, self.version)
+
+    @property
+    def type(self) -> MessageType:
+        return MessageType.END_OF_STREAM
+
+
+ControlMessage = WatermarkMessage | EndOfStreamMessage

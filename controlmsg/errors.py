@@ -1,0 +1,101 @@
+"""The one family of errors controlmsg raises.
+
+Everything controlmsg raises on purpose derives from :class:`ControlMsgError`. Errors about a record
+(:class:`ProtocolError` and its subclasses) carry a :class:`Location`: topic, partition and offset, as far
+as the raiser knows them. The pure core does not know where a record came from, so it raises with what it
+was given; the Kafka adapters pass the full location in. Third-party errors (confluent-kafka, orjson) are
+translated at one boundary each and chained with ``from``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "BrokerError",
+    "CheckpointError",
+    "ControlMsgError",
+    "DecodeError",
+    "DeliveryError",
+    "Location",
+    "ProtocolError",
+    "ProtocolViolation",
+    "ReadError",
+    "TopicError",
+    "UnsupportedVersion",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where a record sits: any field may be unknown (``None``) to the code that raises."""
+
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+
+    def __str__(self) -> str:
+        parts = []
+        if self.topic is not None:
+            parts.append(f"topic {self.topic!r}")
+        if self.partition is not None:
+            parts.append(f"partition {self.partition}")
+        if self.offset is not None:
+            parts.append(f"offset {self.offset}")
+        return ", ".join(parts) if parts else "unknown location"
+
+
+class ControlMsgError(Exception):
+    """Root of every error controlmsg raises on purpose."""
+
+
+class ProtocolError(ControlMsgError):
+    """A record breaks the wire format or the protocol. ``reason`` says how, ``location`` where."""
+
+    def __init__(self, reason: str, location: Location | None = None) -> None:
+        self.reason = reason
+        self.location = location if location is not None else Location()
+        super().__init__(f"{self.location}: {reason}")
+
+    def at(self, location: Location) -> ProtocolError:
+        """Return the same error with ``location`` filled in (fields already known are kept)."""
+        merged = Location(
+            self.location.topic if self.location.topic is not None else location.topic,
+            self.location.partition if self.location.partition is not None else location.partition,
+            self.location.offset if self.location.offset is not None else location.offset,
+        )
+        err = type(self)(self.reason, merged)
+        err.__cause__ = self.__cause__
+        return err
+
+
+class DecodeError(ProtocolError):
+    """The bytes are not a valid envelope: empty value, unknown type byte, broken or ill-typed JSON."""
+
+
+class UnsupportedVersion(DecodeError):
+    """A control message of a protocol version this reader does not know."""
+
+
+class ProtocolViolation(ProtocolError):
+    """A well-formed control message that contradicts the run: taskCount disagrees, too many tasks."""
+
+
+class DeliveryError(ControlMsgError):
+    """Kafka did not accept records the writer produced (delivery report error, or flush timed out)."""
+
+
+class CheckpointError(ControlMsgError):
+    """A checkpoint cannot be read, or belongs to another topic or layout than the reader's."""
+
+
+class BrokerError(ControlMsgError):
+    """The local Kafka broker cannot be fetched, started, reached or stopped."""
+
+
+class TopicError(ControlMsgError):
+    """A topic cannot be created, found or described."""
+
+
+class ReadError(ControlMsgError):
+    """Kafka reported an error while reading (other than a protocol error in a record)."""

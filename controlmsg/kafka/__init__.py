@@ -1,0 +1,22 @@
+"""Kafka adapters on confluent-kafka: topic admin, the upstream writer, the downstream reader, checkpoints.
+
+This is the one layer that talks to Kafka; the bookkeeping it drives lives in :mod:`controlmsg.core`.
+librdkafka settings pass through untouched, so security and tuning options are set the usual way.
+"""
+
+from controlmsg.kafka.admin import create_topic, partition_count, wait_for_topic
+from controlmsg.kafka.checkpoint import Checkpoint, FileCheckpointStore
+from controlmsg.kafka.reader import ControlReader, DataRecord, Item
+from controlmsg.kafka.writer import ControlWriter
+
+__all__ = [
+    "Checkpoint",
+    "ControlReader",
+    "ControlWriter",
+    "DataRecord",
+    "FileCheckpointStore",
+    "Item",
+    "create_topic",
+    "partition_count",
+    "wait_for_topic",
+]

@@ -1,0 +1,263 @@
+"""The downstream side: read an intermediate topic, feed the bookkeeping, yield data and events.
+
+:class:`ControlReader` assigns itself partitions of one topic (never joins a consumer group, never
+commits offsets to Kafka: its position lives in its checkpoint), consumes in batches, decodes every
+record, feeds control messages to an :class:`~controlmsg.core.bookkeeping.InputTracker` and returns, in
+order, :class:`DataRecord` items and the tracker's events.
+
+Bad records (undecodable, unknown version, protocol violations) either stop the reader with the
+located error (the default) or, with ``dead_letter_topic``, are written there unchanged with the reason
+and their origin in headers, counted, and skipped. Nothing is dropped without a trace.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, cast
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from controlmsg.core.bookkeeping import Event, InputTracker
+from controlmsg.core.codec import decode
+from controlmsg.errors import CheckpointError, DeliveryError, Location, ProtocolError, ReadError
+from controlmsg.kafka.admin import wait_for_topic
+from controlmsg.kafka.checkpoint import Checkpoint, FileCheckpointStore
+from controlmsg.kafka.writer import HEADER_RUN
+
+__all__ = [
+    "HEADER_DLQ_OFFSET",
+    "HEADER_DLQ_PARTITION",
+    "HEADER_DLQ_REASON",
+    "HEADER_DLQ_TOPIC",
+    "ControlReader",
+    "DataRecord",
+    "Item",
+]
+
+HEADER_DLQ_REASON: Final = "controlmsg-dlq-reason"
+HEADER_DLQ_TOPIC: Final = "controlmsg-dlq-topic"
+HEADER_DLQ_PARTITION: Final = "controlmsg-dlq-partition"
+HEADER_DLQ_OFFSET: Final = "controlmsg-dlq-offset"
+
+_PARTITION_EOF: Final = KafkaError._PARTITION_EOF
+_USER_BYTE: Final = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DataRecord:
+    """A user message: its position, key and payload (the user serde's bytes, without the type byte)."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    payload: bytes
+
+
+Item = DataRecord | Event
+
+
+class ControlReader:
+    """Reads one topic's envelope stream for one consumer.
+
+    ``config``: librdkafka consumer settings, passed through (``bootstrap.servers`` required; defaults
+    added: a private ``group.id``, no auto commit, ``isolation.level=read_committed``).
+    ``partitions``: the partitions this consumer owns (default: all of the topic's).
+    ``run_id``: the run to follow (default: the run of the first control message). When given, user
+    records whose ``controlmsg-run`` header names another run are skipped and counted too.
+    ``checkpoint``: a store to resume from (if it holds a checkpoint) and to save to with
+    :meth:`save_checkpoint`. ``dead_letter_topic``: where bad records go instead of stopping the reader.
+    ``stop_at_end``: stop taking records from a batch right after the stream ends, so the checkpoint
+    stands exactly at end of stream.
+
+    Opening blocks until the topic exists (up to ``topic_timeout`` s, else
+    :class:`~controlmsg.errors.TopicError`). Not thread-safe. Use as a context manager or call
+    :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        topic: str,
+        *,
+        partitions: list[int] | None = None,
+        run_id: str | None = None,
+        checkpoint: FileCheckpointStore | None = None,
+        dead_letter_topic: str | None = None,
+        batch_size: int = 2000,
+        stop_at_end: bool = True,
+        topic_timeout: float = 30.0,
+    ) -> None:
+        self.topic = topic
+        self.batch_size = batch_size
+        self.stop_at_end = stop_at_end
+        self._store = checkpoint
+        self._filter_run = run_id.encode() if run_id is not None else None
+        self.skipped_other_run = 0
+        self.dead_lettered = 0
+        self._error: ProtocolError | None = None
+        count = wait_for_topic(config, topic, topic_timeout)
+        owned = sorted(partitions) if partitions is not None else list(range(count))
+        if not owned or owned[0] < 0 or owned[-1] >= count:
+            raise ValueError(f"partitions {owned} do not fit topic {topic!r} with {count} partitions")
+
+        saved = checkpoint.load() if checkpoint is not None else None
+        if saved is not None:
+            if saved.topic != topic or sorted(saved.offsets) != owned:
+                raise CheckpointError(
+                    f"{checkpoint.path if checkpoint else ''}: checkpoint is for topic {saved.topic!r} "
+                    f"partitions {sorted(saved.offsets)}, not topic {topic!r} partitions {owned}"
+                )
+            self.tracker = InputTracker.restore(saved.bookkeeping, run_id)
+            self.tracker.topic = topic
+            self._positions = dict(saved.offsets)
+        else:
+            self.tracker = InputTracker(owned, run_id, topic)
+            self._positions = {p: OFFSET_BEGINNING for p in owned}
+
+        conf: dict[str, Any] = {
+            "group.id": f"controlmsg-reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            **config,
+        }
+        self._consumer = Consumer(conf)
+        self._consumer.assign([TopicPartition(topic, p, o) for p, o in self._positions.items()])
+        self._dlq_topic = dead_letter_topic
+        self._dlq: Producer | None = None
+        if dead_letter_topic is not None:
+            # Connection and security settings carry over; consumer-only settings would only draw warnings.
+            shared = ("bootstrap.", "security.", "sasl.", "ssl.", "client.", "socket.", "broker.")
+            self._dlq = Producer({k: v for k, v in config.items() if k.startswith(shared)})
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def positions(self) -> dict[int, int]:
+        """Next offset to read per owned partition (negative: from the beginning)."""
+        return dict(self._positions)
+
+    def poll(self, timeout: float = 1.0) -> list[Item]:
+        """Consume one batch, waiting up to ``timeout`` s for the first record. Returns its items in
+        order (possibly none).
+
+        On a bad record without a dead-letter topic, returns the items before it and raises the located
+        :class:`~controlmsg.errors.ProtocolError` on the next call (the position stays at the bad
+        record, so a checkpoint saved in between resumes there). Raises
+        :class:`~controlmsg.errors.ReadError` when Kafka reports an error.
+        """
+        if self._error is not None:
+            raise self._error
+        if self.stop_at_end and self.tracker.is_ended:
+            return []
+        msgs: list[Any]  # confluent-kafka's Message offsets are Optional; records read are never None
+        try:
+            msgs = self._consumer.consume(self.batch_size, timeout)
+        except KafkaException as exc:
+            raise ReadError(f"reading topic {self.topic!r} failed: {exc.args[0]}") from exc
+        items: list[Item] = []
+        append = items.append
+        positions = self._positions
+        filter_run = self._filter_run
+        for msg in cast(list[Any], msgs):
+            err = msg.error()
+            if err is not None:
+                if err.code() == _PARTITION_EOF:
+                    continue
+                raise ReadError(
+                    f"reading topic {self.topic!r} partition {msg.partition()} failed: {err.str()}"
+                )
+            p = msg.partition()
+            off = msg.offset()
+            value = msg.value()
+            if value and value[0] == _USER_BYTE:
+                if filter_run is not None and not self._same_run(msg, filter_run):
+                    self.skipped_other_run += 1
+                else:
+                    append(DataRecord(p, off, msg.key(), value[1:]))
+                positions[p] = off + 1
+                continue
+            try:
+                decoded = decode(value)
+                assert not isinstance(decoded, bytes)
+                events = self.tracker.on_control(p, decoded, off)
+            except ProtocolError as exc:
+                located = exc.at(Location(self.topic, p, off))
+                if self._dlq is None:
+                    self._error = located
+                    return items
+                self._dead_letter(msg, located)
+                positions[p] = off + 1
+                continue
+            positions[p] = off + 1
+            items.extend(events)
+            if self.stop_at_end and self.tracker.is_ended:
+                break
+        return items
+
+    @staticmethod
+    def _same_run(msg: Any, run: bytes) -> bool:
+        headers = msg.headers()
+        if not headers:
+            return True
+        for name, val in headers:
+            if name == HEADER_RUN:
+                return bool(val == run)
+        return True
+
+    def _dead_letter(self, msg: Any, error: ProtocolError) -> None:
+        assert self._dlq is not None and self._dlq_topic is not None
+        headers = list(msg.headers() or [])
+        headers += [
+            (HEADER_DLQ_REASON, error.reason.encode()),
+            (HEADER_DLQ_TOPIC, self.topic.encode()),
+            (HEADER_DLQ_PARTITION, str(msg.partition()).encode()),
+            (HEADER_DLQ_OFFSET, str(msg.offset()).encode()),
+        ]
+        try:
+            self._dlq.produce(self._dlq_topic, msg.value(), msg.key(), headers=headers)
+        except (BufferError, KafkaException) as exc:
+            raise DeliveryError(f"cannot dead-letter {error.location} to {self._dlq_topic!r}: {exc}") from exc
+        self.dead_lettered += 1
+
+    def read_until_end(self, timeout: float | None = None, poll_timeout: float = 0.5) -> Iterator[Item]:
+        """Yield items until the stream ends (the last item is :class:`StreamEnded`). With ``timeout``,
+        returns silently when it passes first; check :attr:`tracker`'s ``is_ended`` to tell which."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.tracker.is_ended:
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            yield from self.poll(poll_timeout)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def checkpoint(self) -> Checkpoint:
+        """The current position and bookkeeping, as one consistent checkpoint."""
+        return Checkpoint(self.topic, dict(self._positions), self.tracker.snapshot())
+
+    def save_checkpoint(self) -> None:
+        """Make dead-lettered records durable, then save :meth:`checkpoint` to the store (if any).
+        Call it after the items returned so far have been handled. Raises DeliveryError/CheckpointError."""
+        if self._dlq is not None:
+            left = self._dlq.flush(30.0)
+            if left:
+                raise DeliveryError(f"{left} dead-letter record(s) to {self._dlq_topic!r} not delivered")
+        if self._store is not None:
+            self._store.save(self.checkpoint())
+
+    def close(self) -> None:
+        """Leave the topic. Does not save a checkpoint."""
+        if self._dlq is not None:
+            self._dlq.flush(30.0)
+        self._consumer.close()
+
+    def __enter__(self) -> ControlReader:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.close()
+

@@ -1,0 +1,195 @@
+"""The upstream side: one upstream task writing user messages and control messages to a topic.
+
+User messages go to the partition of their key (librdkafka's partitioner, or an explicit partition);
+every watermark and end of stream goes to **every** partition, so each downstream partition hears from
+each upstream task. Delivery errors are collected from delivery reports (only errors are reported, to
+keep the hot path free of per-record callbacks) and raised as :class:`~controlmsg.errors.DeliveryError`
+by :meth:`ControlWriter.flush`, :meth:`ControlWriter.commit` and :meth:`ControlWriter.close`.
+
+Headers: every control message carries ``controlmsg-task``, ``controlmsg-run`` and ``controlmsg-seq``
+(a per-task counter, for de-duplication and debugging). With ``data_headers=True`` user messages carry
+``controlmsg-run`` and ``controlmsg-task`` too, so a reader can drop user records of other runs. The
+value layout never depends on headers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from controlmsg.core.codec import encode_control, encode_json, encode_user
+from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
+from controlmsg.errors import DeliveryError
+from controlmsg.kafka.admin import wait_for_topic
+
+__all__ = ["HEADER_RUN", "HEADER_SEQ", "HEADER_TASK", "ControlWriter"]
+
+HEADER_TASK: Final = "controlmsg-task"
+HEADER_RUN: Final = "controlmsg-run"
+HEADER_SEQ: Final = "controlmsg-seq"
+
+_POLL_EVERY: Final = 4096
+
+
+class ControlWriter:
+    """Writes the envelope stream of one upstream task (``task_name`` of ``task_count``, run ``run_id``).
+
+    ``config`` is passed to librdkafka untouched (``bootstrap.servers`` and anything else: security,
+    batching, ``transactional.id``...), except that ``delivery.report.only.error`` defaults to true.
+    ``partitions``: the topic's partition count, looked up (waiting up to ``topic_timeout`` s for the
+    topic) when not given. With a ``transactional.id`` in ``config`` the writer initialises transactions
+    and opens the first one; :meth:`commit` commits it and opens the next.
+
+    Not thread-safe. Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        topic: str,
+        *,
+        task_name: str,
+        task_count: int,
+        run_id: str = "",
+        partitions: int | None = None,
+        data_headers: bool = False,
+        topic_timeout: float = 30.0,
+    ) -> None:
+        # Validates task_name and task_count once, with a clear error, before any I/O.
+        EndOfStreamMessage(task_name, task_count, run_id)
+        self.topic = topic
+        self.task_name = task_name
+        self.task_count = task_count
+        self.run_id = run_id
+        conf = {"delivery.report.only.error": True, **config}
+        self._errors: list[str] = []
+        self._error_count = 0
+        conf["on_delivery"] = self._on_delivery
+        self.partitions = partitions if partitions is not None else wait_for_topic(conf, topic, topic_timeout)
+        self._producer = Producer(conf)
+        self._seq = 0
+        self._since_poll = 0
+        self._task_b = task_name.encode()
+        self._run_b = run_id.encode()
+        self._data_headers = [(HEADER_RUN, self._run_b), (HEADER_TASK, self._task_b)] if data_headers else None
+        self._transactional = "transactional.id" in conf
+        if self._transactional:
+            try:
+                self._producer.init_transactions(topic_timeout)
+                self._producer.begin_transaction()
+            except KafkaException as exc:
+                raise DeliveryError(f"cannot start transactions on topic {topic!r}: {exc.args[0]}") from exc
+
+    # ------------------------------------------------------------------ delivery
+
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            self._error_count += 1
+            if len(self._errors) < 5:
+                self._errors.append(f"partition {msg.partition()}: {err.str()}")
+
+    def _produce(self, value: bytes, key: bytes | str | None, partition: int, headers: Any) -> None:
+        producer = self._producer
+        while True:
+            try:
+                if partition < 0:
+                    producer.produce(self.topic, value, key, headers=headers)
+                else:
+                    producer.produce(self.topic, value, key, partition, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.05)
+            except KafkaException as exc:
+                raise DeliveryError(f"cannot produce to topic {self.topic!r}: {exc.args[0]}") from exc
+        self._since_poll += 1
+        if self._since_poll >= _POLL_EVERY:
+            self._since_poll = 0
+            producer.poll(0)
+
+    def _raise_errors(self) -> None:
+        if self._error_count:
+            count, first = self._error_count, "; ".join(self._errors)
+            self._error_count, self._errors = 0, []
+            raise DeliveryError(f"{count} record(s) to topic {self.topic!r} were not delivered: {first}")
+
+    # ------------------------------------------------------------------ user messages
+
+    def send(self, value: Any, key: bytes | str | None = None, partition: int = -1) -> None:
+        """Send one user message with the default JSON serde. Does not block unless the local queue is
+        full. ``partition`` -1 lets the partitioner choose by key."""
+        self._produce(encode_json(value), key, partition, self._data_headers)
+
+    def send_bytes(self, payload: bytes, key: bytes | str | None = None, partition: int = -1) -> None:
+        """Send one user message whose payload is already serialized by the user's serde."""
+        self._produce(encode_user(payload), key, partition, self._data_headers)
+
+    # ------------------------------------------------------------------ control messages
+
+    def _control_headers(self) -> list[tuple[str, bytes]]:
+        self._seq += 1
+        return [(HEADER_TASK, self._task_b), (HEADER_RUN, self._run_b), (HEADER_SEQ, str(self._seq).encode())]
+
+    def send_watermark(self, timestamp: int) -> None:
+        """Promise that no later user message of this task is older than ``timestamp`` (ms); written to
+        every partition. Raises ``ValueError`` for a timestamp outside the signed 64-bit range."""
+        value = encode_control(WatermarkMessage(self.task_name, self.task_count, timestamp, self.run_id))
+        headers = self._control_headers()
+        for p in range(self.partitions):
+            self._produce(value, None, p, headers)
+
+    def send_end_of_stream(self) -> None:
+        """Declare that this task writes nothing more in this run; written to every partition."""
+        value = encode_control(EndOfStreamMessage(self.task_name, self.task_count, self.run_id))
+        headers = self._control_headers()
+        for p in range(self.partitions):
+            self._produce(value, None, p, headers)
+
+    # ------------------------------------------------------------------ completion
+
+    def flush(self, timeout: float = 60.0) -> None:
+        """Block until everything sent is delivered. Raises :class:`DeliveryError` if any record failed
+        or records are still queued after ``timeout`` seconds."""
+        left = self._producer.flush(timeout)
+        self._raise_errors()
+        if left:
+            raise DeliveryError(f"{left} record(s) to topic {self.topic!r} still undelivered after {timeout:g} s")
+
+    def commit(self, timeout: float = 60.0) -> None:
+        """Transactional writers: commit everything sent since the last commit and open a new transaction.
+        Non-transactional writers: the same as :meth:`flush`."""
+        if not self._transactional:
+            self.flush(timeout)
+            return
+        try:
+            self._producer.commit_transaction(timeout)
+            self._raise_errors()
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            raise DeliveryError(f"cannot commit the transaction on topic {self.topic!r}: {exc.args[0]}") from exc
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Deliver (or, transactional, commit) what is pending. Raises :class:`DeliveryError`."""
+        self.commit(timeout)
+        if self._transactional:
+            # The transaction opened by commit() is empty; aborting it ends cleanly.
+            try:
+                self._producer.abort_transaction(timeout)
+            except KafkaException as exc:
+                raise DeliveryError(f"cannot end the transaction on topic {self.topic!r}: {exc.args[0]}") from exc
+
+    def abort(self, timeout: float = 60.0) -> None:
+        """Transactional writers: abort what was sent since the last commit (readers never see it)."""
+        if self._transactional:
+            self._producer.abort_transaction(timeout)
+            self._producer.begin_transaction()
+
+    def __enter__(self) -> ControlWriter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+        elif self._transactional:
+            self._producer.abort_transaction(10.0)
