@@ -366,8 +366,8 @@ def start_broker(port: int = 9092, data_dir: Path | None = None, timeout: float 
         if not (ddir / _STORAGE_DIR / "meta.properties").is_file():
             _format_storage([java, *jvm_opts], props, deadline)
 
-        if log_path.exists():
-            log_path.replace(ddir / (_LOG_FILE + ".1"))
+        with contextlib.suppress(FileNotFoundError):
+            log_path.replace(ddir / (_LOG_FILE + ".1"))  # keep the previous run's log
         argv = [java, _JVM_HEAP, *jvm_opts, "kafka.Kafka", str(props)]
         pid = _spawn_detached(argv, log_path)
         handle = BrokerHandle(bootstrap_servers=bootstrap, pid=pid, data_dir=ddir, log_path=log_path)
@@ -383,7 +383,7 @@ def start_broker(port: int = 9092, data_dir: Path | None = None, timeout: float 
             _write_text_atomic(ddir / _JSON_FILE, json.dumps(record, indent=2) + "\n")
             _logger.info("started broker pid %d at %s", pid, bootstrap)
         except BaseException:
-            _terminate(pid, 5.0)
+            _terminate(pid, ddir, 5.0)
             _remove_record(ddir)
             raise
         _serve_or_kill(handle, deadline)
@@ -417,7 +417,7 @@ def stop_broker(data_dir: Path | None = None, timeout: float = 30.0) -> bool:
         stopped = False
         if pid is not None and _is_our_broker(pid, ddir):
             _logger.info("stopping broker pid %d", pid)
-            _terminate(pid, timeout)
+            _terminate(pid, ddir, timeout)
             stopped = True
         _remove_record(ddir)
         return stopped
@@ -529,8 +529,11 @@ def _file_lock(path: Path) -> Iterator[None]:
 
 def _write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        raise BrokerError(f"cannot write {path}: {exc}") from exc
 
 
 def _as_text(data: str | bytes | None) -> str:
@@ -544,7 +547,7 @@ def _as_text(data: str | bytes | None) -> str:
 def _tail_section(label: str, text: str, lines: int) -> str:
     tail = text.rstrip().splitlines()[-lines:]
     if not tail:
-        return f" (no {label})"
+        return f" ({label} is empty)"
     return f"; last {len(tail)} lines of {label}:\n" + "\n".join(tail)
 
 
@@ -679,11 +682,15 @@ def _spawn_detached(argv: Sequence[str], log_path: Path) -> int:
 
 def _pid_alive(pid: int) -> bool:
     """True if ``pid`` is a live (non-zombie) process; reaps it if it is our child."""
-    try:
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+
+    def reaped() -> bool:
+        try:
+            return os.waitpid(pid, os.WNOHANG)[0] == pid
+        except ChildProcessError:  # not our child (or already reaped)
             return False
-    except ChildProcessError:
-        pass
+
+    if reaped():
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -692,17 +699,24 @@ def _pid_alive(pid: int) -> bool:
         return True
     try:
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except FileNotFoundError:
+        return False
     except OSError:
         return True
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+    if stat.rpartition(")")[2].split()[:1] == ["Z"]:
+        reaped()  # it may have died just after the first check
+        return False
+    return True
 
 
 def _cmdline(pid: int) -> str | None:
-    """The command line of ``pid``, or None if it cannot be determined."""
+    """The command line of ``pid`` ("" if it is gone), or None if it cannot be told."""
     proc_dir = Path("/proc")
     if proc_dir.is_dir():
         try:
             raw = (proc_dir / str(pid) / "cmdline").read_bytes()
+        except FileNotFoundError:
+            return ""
         except OSError:
             return None
         return raw.replace(b"\0", b" ").decode("utf-8", errors="replace")
@@ -717,7 +731,7 @@ def _cmdline(pid: int) -> str | None:
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None
+    return out.stdout.strip()
 
 
 def _is_our_broker(pid: int, data_dir: Path) -> bool:
@@ -767,7 +781,7 @@ def _kill_orphan(data_dir: Path) -> None:
     pid = _read_pid(data_dir)
     if pid is not None and _is_our_broker(pid, data_dir):
         _logger.warning("stopping unrecorded broker pid %d from %s", pid, data_dir)
-        _terminate(pid, 10.0)
+        _terminate(pid, data_dir, 10.0)
     _remove_record(data_dir)
 
 
@@ -776,25 +790,31 @@ def _remove_record(data_dir: Path) -> None:
         (data_dir / name).unlink(missing_ok=True)
 
 
-def _wait_gone(pid: int, timeout: float) -> bool:
+def _wait_gone(pid: int, data_dir: Path, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while _pid_alive(pid):
+    while _is_our_broker(pid, data_dir):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.1)
     return True
 
 
-def _terminate(pid: int, timeout: float) -> None:
-    """SIGTERM ``pid``, wait up to ``timeout`` s, then SIGKILL; raise if it survives."""
+def _terminate(pid: int, data_dir: Path, timeout: float) -> None:
+    """SIGTERM ``data_dir``'s broker ``pid``, wait ``timeout`` s, then SIGKILL it.
+
+    Signals are only sent while ``pid`` still is that broker (pid reuse).
+    Raises BrokerError if it survives SIGKILL.
+    """
+    if not _is_our_broker(pid, data_dir):
+        return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    if _wait_gone(pid, timeout):
+    if _wait_gone(pid, data_dir, timeout):
         return
     _logger.warning("broker pid %d ignored SIGTERM for %.0f s; killing it", pid, timeout)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    if not _wait_gone(pid, _KILL_WAIT):
+    if not _wait_gone(pid, data_dir, _KILL_WAIT):
         raise BrokerError(f"broker process {pid} is still alive after SIGKILL")
 
 
@@ -804,7 +824,7 @@ def _serve_or_kill(handle: BrokerHandle, deadline: float) -> None:
         _wait_until_serving(handle, deadline)
     except BaseException:
         with contextlib.suppress(BrokerError):
-            _terminate(handle.pid, 5.0)
+            _terminate(handle.pid, handle.data_dir, 5.0)
         _remove_record(handle.data_dir)
         raise
 

@@ -12,11 +12,19 @@ from confluent_kafka.cimpl import NewTopic
 
 from controlmsg.errors import TopicError
 
-__all__ = ["create_topic", "partition_count", "wait_for_topic"]
+__all__ = ["connection_settings", "create_topic", "partition_count", "wait_for_topic"]
+
+_CONNECTION_PREFIXES = ("bootstrap.", "security.", "sasl.", "ssl.", "client.", "socket.", "broker.")
+
+
+def connection_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of a producer's or consumer's ``config`` that any client needs to reach the same
+    cluster (bootstrap, security, socket); the rest would only draw warnings from other client kinds."""
+    return {k: v for k, v in config.items() if k.startswith(_CONNECTION_PREFIXES)}
 
 
 def _admin(config: Mapping[str, Any]) -> AdminClient:
-    return AdminClient(dict(config))
+    return AdminClient(connection_settings(config))
 
 
 def create_topic(

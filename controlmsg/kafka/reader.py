@@ -23,7 +23,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from controlmsg.core.bookkeeping import Event, InputTracker
 from controlmsg.core.codec import decode
 from controlmsg.errors import CheckpointError, DeliveryError, Location, ProtocolError, ReadError
-from controlmsg.kafka.admin import wait_for_topic
+from controlmsg.kafka.admin import connection_settings, wait_for_topic
 from controlmsg.kafka.checkpoint import Checkpoint, FileCheckpointStore
 from controlmsg.kafka.writer import HEADER_RUN
 
@@ -130,9 +130,7 @@ class ControlReader:
         self._dlq_topic = dead_letter_topic
         self._dlq: Producer | None = None
         if dead_letter_topic is not None:
-            # Connection and security settings carry over; consumer-only settings would only draw warnings.
-            shared = ("bootstrap.", "security.", "sasl.", "ssl.", "client.", "socket.", "broker.")
-            self._dlq = Producer({k: v for k, v in config.items() if k.startswith(shared)})
+            self._dlq = Producer(connection_settings(config))
 
     # ------------------------------------------------------------------ reading
 

@@ -40,15 +40,13 @@ control_messages: st.SearchStrategy[ControlMessage] = st.one_of(watermark_messag
 json_scalars = st.one_of(
     st.none(),
     st.booleans(),
-    st.integers(-(2**64), 2**64),
+    st.integers(-(2**63), 2**64 - 1),
     st.floats(allow_nan=False, allow_infinity=False),
     st.text(max_size=10),
 )
 json_values = st.recursive(
     json_scalars,
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)
-    ),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
     max_leaves=8,
 )
 
@@ -102,7 +100,9 @@ _stream_ts = st.one_of(_small_ts, _small_ts, _small_ts, timestamps)
 def control_streams(draw: st.DrawFn, max_steps: int = 40) -> ControlStream:
     """Arbitrary interleavings over 1-4 tasks and 1-4 partitions, with duplicates, regressions (small
     timestamps repeat and go back), end of stream, watermarks after a task's end, and an earlier run's
-    messages mixed in. Often ends with every task's end of stream on every partition, in any order."""
+    messages mixed in. A message goes to one partition or, as the writer sends it, to every partition
+    in turn; or a whole control round is written. Often ends with every task's end of stream on every
+    partition, in any order."""
     partitions = tuple(sorted(draw(st.sets(st.integers(0, 7), min_size=1, max_size=4))))
     counts = {FOLLOWED_RUN: draw(st.integers(1, 4)), STALE_RUN: draw(st.integers(1, 4))}
     # The stale run's task names overlap the followed run's: the run, not the name, tells them apart.
@@ -120,14 +120,21 @@ def control_streams(draw: st.DrawFn, max_steps: int = 40) -> ControlStream:
         st.sampled_from(partitions),
         st.sampled_from([False, False, False, True]),  # end of stream?
         _stream_ts,
-        st.sampled_from(["new", "new", "new", "new", "repeat"]),
+        st.sampled_from(["one", "one", "one", "all", "all", "round", "repeat"]),
     )
     records: list[tuple[int, ControlMessage]] = []
     for run, i, p, eos, ts, kind in draw(st.lists(step, max_size=max_steps)):
         if kind == "repeat" and records:
             records.append(records[-1])
+            continue
+        if kind == "round":  # a control round: every task of the run, to every partition
+            records.extend((q, message(run, task, eos, ts)) for task in names[run] for q in partitions)
+            continue
+        msg = message(run, names[run][i % counts[run]], eos, ts)
+        if kind == "all":  # as the writer does: one control message to every partition
+            records.extend((q, msg) for q in partitions)
         else:
-            records.append((p, message(run, names[run][i % counts[run]], eos, ts)))
+            records.append((p, msg))
     if draw(st.booleans()):
         run = draw(st.sampled_from([FOLLOWED_RUN, FOLLOWED_RUN, STALE_RUN]))
         tail = [(p, message(run, task, True, 0)) for p in partitions for task in names[run]]

@@ -1,0 +1,367 @@
+"""The ``controlmsg`` command: a local broker, and writing, reading and inspecting intermediate topics.
+
+Exit codes: 0 success (for ``consume``: end of stream), 1 usage or environment error, 2 protocol error
+(stderr names topic, partition, offset and reason), 3 ``consume --timeout`` passed before end of
+stream, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn, TextIO
+
+import orjson
+
+from controlmsg.core.bookkeeping import PartitionEnded, PartitionStatus, StreamEnded, WatermarkAdvanced
+from controlmsg.core.messages import MAX_TIMESTAMP
+from controlmsg.errors import ControlMsgError, ProtocolError
+from controlmsg.kafka.reader import DataRecord, Item
+
+__all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_PROTOCOL = 2
+EXIT_TIMEOUT = 3
+EXIT_INTERRUPTED = 130
+
+
+def _bootstrap(args: argparse.Namespace) -> dict[str, Any]:
+    from controlmsg.broker import resolve_bootstrap_servers
+
+    servers = args.bootstrap_servers or resolve_bootstrap_servers()
+    return {"bootstrap.servers": servers}
+
+
+# ---------------------------------------------------------------------------------------------- broker
+
+
+def _cmd_broker(args: argparse.Namespace) -> int:
+    from controlmsg import broker
+
+    data_dir = Path(args.data_dir) if args.data_dir else None
+    if args.action == "start":
+        handle = broker.start_broker(port=args.port, data_dir=data_dir)
+        print(handle.bootstrap_servers)
+        print(f"broker pid {handle.pid}, data in {handle.data_dir}, log {handle.log_path}", file=sys.stderr)
+        return EXIT_OK
+    if args.action == "stop":
+        stopped = broker.stop_broker(data_dir)
+        print("stopped" if stopped else "no broker was running", file=sys.stderr)
+        return EXIT_OK
+    status = broker.broker_status(data_dir)
+    if status is None:
+        print("no broker running", file=sys.stderr)
+        return EXIT_ERROR
+    print(status.bootstrap_servers)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------- topics
+
+
+def _cmd_create_topic(args: argparse.Namespace) -> int:
+    from controlmsg.kafka.admin import create_topic
+
+    create_topic(_bootstrap(args), args.topic, args.partitions)
+    print(f"topic {args.topic!r} has {args.partitions} partitions", file=sys.stderr)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------- produce
+
+
+def _cmd_produce(args: argparse.Namespace) -> int:
+    from controlmsg.kafka.writer import ControlWriter
+
+    conf = _bootstrap(args)
+    if args.partitions:
+        from controlmsg.kafka.admin import create_topic
+
+        create_topic(conf, args.topic, args.partitions)
+    sent = 0
+    with ControlWriter(
+        conf, args.topic, task_name=args.task_name, task_count=args.task_count, run_id=args.run_id,
+        data_headers=True,
+    ) as writer:
+        stream: TextIO | None = None
+        if args.input:
+            stream = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")  # noqa: SIM115
+        elif not sys.stdin.isatty():
+            stream = sys.stdin
+        if stream is not None:
+            for lineno, line in enumerate(stream, 1):
+                if not line.strip():
+                    continue
+                try:
+                    value = orjson.loads(line)
+                except orjson.JSONDecodeError as exc:
+                    print(f"input line {lineno} is not JSON: {exc}", file=sys.stderr)
+                    return EXIT_ERROR
+                key = None
+                if args.key_field is not None:
+                    field = value.get(args.key_field) if isinstance(value, dict) else None
+                    key = None if field is None else str(field)
+                writer.send(value, key)
+                sent += 1
+        if args.watermark is not None:
+            writer.send_watermark(args.watermark)
+        if args.eos:
+            writer.send_end_of_stream()
+    parts = [f"{sent} message(s)"]
+    if args.watermark is not None:
+        parts.append(f"watermark {args.watermark}")
+    if args.eos:
+        parts.append("end of stream")
+    print(f"{args.task_name}: wrote {', '.join(parts)} to {args.topic!r}", file=sys.stderr)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------- consume
+
+
+def _item_json(item: Item) -> bytes:
+    if isinstance(item, DataRecord):
+        line: dict[str, Any] = {"kind": "data", "partition": item.partition, "offset": item.offset}
+        if item.key is None:
+            line["key"] = None
+        else:
+            try:
+                line["key"] = item.key.decode("utf-8")
+            except UnicodeDecodeError:
+                line["key"] = None
+                line["key_base64"] = base64.b64encode(item.key).decode()
+        try:
+            line["value"] = orjson.loads(item.payload)
+        except orjson.JSONDecodeError:
+            line["value_base64"] = base64.b64encode(item.payload).decode()
+        return orjson.dumps(line)
+    if isinstance(item, WatermarkAdvanced):
+        return orjson.dumps({"kind": "watermark", "timestamp": item.timestamp})
+    if isinstance(item, PartitionEnded):
+        return orjson.dumps({"kind": "partition_end", "partition": item.partition})
+    assert isinstance(item, StreamEnded)
+    return b'{"kind":"end_of_stream"}'
+
+
+def _waiting_for(status: PartitionStatus) -> str:
+    if status.task_count is None:
+        return "no control message of the run yet (task count unknown)"
+    parts = []
+    if status.open_tasks:
+        parts.append("tasks " + ", ".join(status.open_tasks))
+    unheard = status.unheard_tasks or 0
+    if unheard:
+        parts.append(f"{unheard} task(s) not heard from yet")
+    return f"waiting for end of stream from {' and '.join(parts)} ({len(status.ended_tasks)} of {status.task_count} ended)"
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> NoReturn:
+    raise _Interrupted(signal.Signals(signum).name)
+
+
+def _cmd_consume(args: argparse.Namespace) -> int:
+    from controlmsg.kafka.checkpoint import FileCheckpointStore
+    from controlmsg.kafka.reader import ControlReader
+
+    conf = _bootstrap(args)
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    store = FileCheckpointStore(args.checkpoint) if args.checkpoint else None
+    reader = ControlReader(
+        conf, args.topic, run_id=args.run_id, checkpoint=store, dead_letter_topic=args.dead_letter_topic,
+        stop_at_end=args.until_eos, topic_timeout=args.timeout if args.timeout is not None else 30.0,
+    )
+    out = sys.stdout.buffer
+    previous = signal.signal(signal.SIGTERM, _on_signal)
+    code = EXIT_OK
+    try:
+        while True:
+            if args.until_eos and reader.tracker.is_ended:
+                break
+            wait = 0.5
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    break
+            items = reader.poll(max(wait, 0.0))
+            if items:
+                out.write(b"".join(_item_json(i) + b"\n" for i in items))
+                out.flush()
+                reader.save_checkpoint()
+        if not reader.tracker.is_ended:
+            code = EXIT_TIMEOUT
+            print(f"timeout: topic {args.topic!r} has not reached end of stream after {args.timeout:g} s",
+                  file=sys.stderr)
+            for status in reader.tracker.statuses():
+                if not status.is_ended:
+                    print(f"  partition {status.partition}: {_waiting_for(status)}", file=sys.stderr)
+    except ProtocolError as exc:
+        print(f"protocol error: {exc}", file=sys.stderr)
+        code = EXIT_PROTOCOL
+    except (KeyboardInterrupt, _Interrupted):
+        code = EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        try:
+            reader.save_checkpoint()
+        finally:
+            reader.close()
+    if reader.dead_lettered:
+        print(f"{reader.dead_lettered} bad record(s) went to dead-letter topic {args.dead_letter_topic!r}",
+              file=sys.stderr)
+    return code
+
+
+# ---------------------------------------------------------------------------------------------- inspect
+
+
+def _fmt_ts(ts: int | None) -> str:
+    if ts is None:
+        return "undefined"
+    if ts >= MAX_TIMESTAMP:
+        return "end"
+    return str(ts)
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from controlmsg.kafka.inspect import inspect_topic
+
+    report = inspect_topic(_bootstrap(args), args.topic, args.run_id)
+    if args.json:
+        doc = {
+            "topic": report.topic,
+            "endOffsets": {str(p): o for p, o in report.end_offsets.items()},
+            "userMessages": {str(p): n for p, n in report.user_messages.items()},
+            "runs": {
+                run.run_id: [
+                    {
+                        "partition": s.partition,
+                        "taskCount": s.task_count,
+                        "reportedTasks": sorted(s.reported_tasks),
+                        "watermarks": dict(s.watermarks),
+                        "endedTasks": sorted(s.ended_tasks),
+                        "watermark": None if s.watermark is None else s.watermark,
+                        "ended": s.is_ended,
+                        "openTasks": s.open_tasks,
+                        "unheardTasks": s.unheard_tasks,
+                    }
+                    for s in run.partitions
+                ]
+                for run in report.runs.values()
+            },
+            "newestRun": report.newest_run.run_id if report.newest_run else None,
+            "errors": [str(e) for e in report.errors],
+        }
+        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        return EXIT_PROTOCOL if report.errors else EXIT_OK
+    print(f"topic {report.topic!r}: {len(report.end_offsets)} partitions, "
+          f"{sum(report.user_messages.values())} user messages")
+    if not report.runs:
+        print("  no control messages" + (f" of run {args.run_id!r}" if args.run_id else ""))
+    newest = report.newest_run
+    for run in report.runs.values():
+        label = " (newest)" if run is newest and len(report.runs) > 1 else ""
+        print(f"run {run.run_id!r}{label}: taskCount {run.tracker.task_count}")
+        for s in run.partitions:
+            marks = ", ".join(f"{t}={ts}" for t, ts in sorted(s.watermarks.items())) or "-"
+            ended = ", ".join(sorted(s.ended_tasks)) or "-"
+            line = (f"  partition {s.partition}: watermark {_fmt_ts(s.watermark)}; reported "
+                    f"{len(s.reported_tasks)}/{s.task_count}; watermarks [{marks}]; ended [{ended}]")
+            if not s.is_ended:
+                owing = s.open_tasks
+                unheard = s.unheard_tasks or 0
+                line += f"; owe end of stream: {', '.join(owing) or '-'}"
+                if unheard:
+                    line += f" (+{unheard} not heard from)"
+                holder = s.holding_task
+                if holder is not None:
+                    others = [ts for t, ts in s.watermarks.items() if t != holder[0] and t not in s.ended_tasks]
+                    ahead = min(others) - holder[1] if others else None
+                    line += f"; held back by {holder[0]} at {holder[1]}"
+                    if ahead is not None:
+                        line += f" ({ahead} ms behind the next task)"
+            print(line)
+    for err in report.errors:
+        print(f"error: {err}")
+    return EXIT_PROTOCOL if report.errors else EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="controlmsg", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def kafka_opts(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--bootstrap-servers", help="HOST:PORT (default: $KAFKA_BOOTSTRAP_SERVERS or the local broker)")
+        p.add_argument("--topic", required=True)
+
+    b = sub.add_parser("broker", help="a local single-node Kafka broker (no Docker needed)")
+    b.add_argument("action", choices=["start", "stop", "status"])
+    b.add_argument("--port", type=int, default=9092)
+    b.add_argument("--data-dir", help="where the broker keeps its data (default: ~/.cache/controlmsg/broker)")
+    b.set_defaults(func=_cmd_broker)
+
+    t = sub.add_parser("create-topic", help="create an intermediate topic")
+    kafka_opts(t)
+    t.add_argument("--partitions", type=int, required=True)
+    t.set_defaults(func=_cmd_create_topic)
+
+    p = sub.add_parser("produce", help="write user messages and control messages as one upstream task")
+    kafka_opts(p)
+    p.add_argument("--task-name", required=True)
+    p.add_argument("--task-count", type=int, required=True)
+    p.add_argument("--run-id", default="")
+    p.add_argument("--key-field", help="use this field of each JSON object as the message key")
+    p.add_argument("--input", help="JSON lines file ('-' for stdin; default: stdin when it is not a terminal)")
+    p.add_argument("--watermark", type=int, help="after the messages, write this watermark (ms)")
+    p.add_argument("--eos", action="store_true", help="finally, write this task's end of stream")
+    p.add_argument("--partitions", type=int, help="create the topic with this many partitions if missing")
+    p.set_defaults(func=_cmd_produce)
+
+    c = sub.add_parser("consume", help="read a topic, print data and reconciled events as JSON lines")
+    kafka_opts(c)
+    c.add_argument("--run-id", help="follow this run only (default: the run of the first control message)")
+    c.add_argument("--until-eos", action="store_true", help="exit 0 once every partition has ended")
+    c.add_argument("--timeout", type=float, help="exit 3 if end of stream has not come after SECONDS")
+    c.add_argument("--dead-letter-topic", help="send bad records here (reason in a header) instead of failing")
+    c.add_argument("--checkpoint", help="resume from and save offsets and bookkeeping to this file")
+    c.set_defaults(func=_cmd_consume)
+
+    i = sub.add_parser("inspect", help="what each partition knows about its upstream tasks (commits nothing)")
+    kafka_opts(i)
+    i.add_argument("--run-id")
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(func=_cmd_inspect)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except ProtocolError as exc:
+        print(f"protocol error: {exc}", file=sys.stderr)
+        return EXIT_PROTOCOL
+    except ControlMsgError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Shared fixtures. Integration tests talk to a real Kafka broker:
+
+* ``KAFKA_BOOTSTRAP_SERVERS`` set: that cluster;
+* otherwise: a single-node KRaft broker from Apache Kafka's Maven Central artifacts, started once for the
+  test session on a free port in a temporary directory, and stopped at the end.
+
+If the broker cannot start, every test that needs it **errors** (the fixture raises); nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def bootstrap_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The bootstrap address of a real broker for this test session."""
+    given = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if given:
+        yield given
+        return
+    from controlmsg.broker import start_broker, stop_broker
+
+    data_dir: Path = tmp_path_factory.mktemp("kafka")
+    handle = start_broker(port=_free_port(), data_dir=data_dir)
+    try:
+        yield handle.bootstrap_servers
+    finally:
+        stop_broker(data_dir)
+
+
+@pytest.fixture(scope="session")
+def kafka_config(bootstrap_servers: str) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap_servers}
+
+
+@pytest.fixture
+def new_topic(kafka_config: dict[str, Any], request: pytest.FixtureRequest) -> Callable[..., str]:
+    """Factory: ``new_topic(partitions)`` creates a fresh topic named after the test and returns its name."""
+    from controlmsg.kafka.admin import create_topic
+
+    def make(partitions: int = 1, prefix: str | None = None) -> str:
+        base = prefix or request.node.name
+        safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in base)[:80]
+        name = f"{safe}-{uuid.uuid4().hex[:8]}"
+        create_topic(kafka_config, name, partitions)
+        return name
+
+    return make
