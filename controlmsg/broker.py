@@ -233,8 +233,11 @@ def ensure_kafka_libs(cache_dir: Path | None = None) -> Path:
         pom_path = root / "pom.xml"
         partial = root / "libs.partial"
         shutil.rmtree(partial, ignore_errors=True)
-        marker.unlink(missing_ok=True)
-        pom_path.write_text(pom, encoding="utf-8")
+        try:
+            marker.unlink(missing_ok=True)
+            pom_path.write_text(pom, encoding="utf-8")
+        except OSError as exc:
+            raise BrokerError(f"cannot write {pom_path}: {exc}") from exc
         cmd = [
             mvn,
             "-q",
@@ -277,9 +280,12 @@ def ensure_kafka_libs(cache_dir: Path | None = None) -> Path:
                 f"`{shown}` succeeded but {kafka_jar.name} is missing from {partial}"
                 + _tail_section("output", proc.stdout, _OUTPUT_TAIL_LINES)
             )
-        shutil.rmtree(libs, ignore_errors=True)
-        partial.rename(libs)
-        marker.write_text(digest + "\n", encoding="utf-8")
+        try:
+            shutil.rmtree(libs, ignore_errors=True)
+            partial.rename(libs)
+            marker.write_text(digest + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise BrokerError(f"cannot install the Kafka jars into {libs}: {exc}") from exc
     return libs
 
 
@@ -741,7 +747,10 @@ def _is_our_broker(pid: int, data_dir: Path) -> bool:
     cmdline = _cmdline(pid)
     if cmdline is None:
         return True
-    return "kafka.Kafka" in cmdline and str(data_dir / _PROPS_FILE) in cmdline
+    if "kafka.Kafka" in cmdline and str(data_dir / _PROPS_FILE) in cmdline:
+        return True
+    _pid_alive(pid)  # a zombie has an empty command line: reap it if it is our child
+    return False
 
 
 def _read_pid(data_dir: Path) -> int | None:

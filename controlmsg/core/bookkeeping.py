@@ -129,6 +129,14 @@ class _Partition:
     wm: int | None = None  # cached WM(p)
 
 
+def _expect(snapshot: Mapping[str, Any], key: str, typ: type, minimum: int | None = None) -> Any:
+    """``snapshot[key]``, which must be ``None`` or of exactly ``typ`` (and >= ``minimum``)."""
+    value = snapshot[key]
+    if value is not None and (type(value) is not typ or (minimum is not None and value < minimum)):
+        raise CheckpointError(f"bookkeeping snapshot: {key} has an invalid value {value!r}")
+    return value
+
+
 def _partition_watermark(part: _Partition, task_count: int) -> int | None:
     """``WM(p)``: undefined until all ``task_count`` tasks reported; an ended task counts as +infinity
     (ended tasks without a watermark have no entry, so ``default`` covers "all ended")."""
@@ -324,9 +332,14 @@ class InputTracker:
             parts = snapshot["partitions"]
             tracker = cls((int(p) for p in parts), run_id if run_id is not None else saved_run,
                           snapshot.get("topic"))
-            tracker._task_count = snapshot["taskCount"]
-            tracker._emitted = snapshot["emittedWatermark"]
-            tracker._stream_ended = bool(snapshot["streamEnded"])
+            tracker._task_count = _expect(snapshot, "taskCount", int, 1)
+            tracker._emitted = _expect(snapshot, "emittedWatermark", int)
+            ended = snapshot["streamEnded"]
+            if type(ended) is not bool:
+                raise CheckpointError(f"bookkeeping snapshot: streamEnded must be true or false, got {ended!r}")
+            tracker._stream_ended = ended
+            if saved_run is not None and not isinstance(saved_run, str):
+                raise CheckpointError(f"bookkeeping snapshot: runId must be a string, got {saved_run!r}")
             for p, saved in parts.items():
                 part = tracker._parts[int(p)]
                 part.watermarks = {str(t): int(ts) for t, ts in saved["watermarks"].items()}

@@ -38,15 +38,23 @@ class MessageType(IntEnum):
     END_OF_STREAM = 2
 
 
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates cannot go on the wire
+        return False
+    return True
+
+
 def _check_common(task_name: object, task_count: object, run_id: object, version: object) -> None:
-    if not isinstance(task_name, str) or not task_name:
-        raise ValueError(f"taskName must be a non-empty string, got {task_name!r}")
-    if type(task_count) is not int or task_count < 1:
-        raise ValueError(f"taskCount must be an integer >= 1, got {task_count!r}")
-    if not isinstance(run_id, str):
-        raise ValueError(f"runId must be a string, got {run_id!r}")
-    if type(version) is not int:
-        raise ValueError(f"version must be an integer, got {version!r}")
+    if not isinstance(task_name, str) or not task_name or not _is_utf8(task_name):
+        raise ValueError(f"taskName must be a non-empty UTF-8 string, got {task_name!r}")
+    if type(task_count) is not int or not 1 <= task_count <= MAX_TIMESTAMP:
+        raise ValueError(f"taskCount must be an integer in [1, 2**63-1], got {task_count!r}")
+    if not isinstance(run_id, str) or not _is_utf8(run_id):
+        raise ValueError(f"runId must be a UTF-8 string, got {run_id!r}")
+    if type(version) is not int or not MIN_TIMESTAMP <= version <= MAX_TIMESTAMP:
+        raise ValueError(f"version must be a 64-bit integer, got {version!r}")
 
 
 @dataclass(frozen=True, slots=True)

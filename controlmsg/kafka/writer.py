@@ -85,7 +85,8 @@ class ControlWriter:
     # ------------------------------------------------------------------ delivery
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
+        # Purged records are the ones an aborted transaction threw away on purpose, not failures.
+        if err is not None and err.code() not in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
             self._error_count += 1
             if len(self._errors) < 5:
                 self._errors.append(f"partition {msg.partition()}: {err.str()}")

@@ -1,0 +1,200 @@
+"""The writer and the reader against a real broker: several tasks over several partitions, end-of-stream
+termination, crash and restart from a checkpoint, transactions, delivery errors, and inspection."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from controlmsg.core.bookkeeping import PartitionEnded, StreamEnded, WatermarkAdvanced
+from controlmsg.core.codec import decode_json_payload
+from controlmsg.errors import DeliveryError
+from controlmsg.kafka import ControlReader, ControlWriter, DataRecord, FileCheckpointStore
+from controlmsg.kafka.inspect import inspect_topic
+
+
+def run_upstream(config: dict[str, Any], topic: str, tasks: int, per_task: int, run_id: str = "run",
+                 end: bool = True) -> None:
+    """``tasks`` writers in parallel threads; each writes keyed records with rising event times, a
+    watermark every 100 records, and (if ``end``) its end of stream."""
+
+    def task(i: int) -> None:
+        with ControlWriter(config, topic, task_name=f"task-{i}", task_count=tasks, run_id=run_id) as w:
+            for n in range(per_task):
+                w.send({"task": i, "n": n, "ts": n * 10}, key=f"k{n % 17}")
+                if n % 100 == 99:
+                    w.send_watermark(n * 10)
+            if end:
+                w.send_end_of_stream()
+
+    threads = [threading.Thread(target=task, args=(i,)) for i in range(tasks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def test_several_tasks_over_several_partitions_end_by_themselves(
+    kafka_config: dict[str, Any], new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(4)
+    run_upstream(kafka_config, topic, tasks=3, per_task=1000)
+    with ControlReader(kafka_config, topic) as reader:
+        items = list(reader.read_until_end(timeout=60))
+    assert reader.tracker.is_ended
+    records = [i for i in items if isinstance(i, DataRecord)]
+    seen = sorted((v["task"], v["n"]) for v in (decode_json_payload(r.payload) for r in records))
+    assert seen == [(t, n) for t in range(3) for n in range(1000)]
+    marks = [i.timestamp for i in items if isinstance(i, WatermarkAdvanced)]
+    assert marks == sorted(set(marks)) and marks and marks[-1] <= 9990
+    ends = [i.partition for i in items if isinstance(i, PartitionEnded)]
+    assert sorted(ends) == [0, 1, 2, 3]
+    assert isinstance(items[-1], StreamEnded)
+    # Keyed records keep their key -> partition mapping: every key lives in one partition.
+    homes: dict[bytes | None, set[int]] = {}
+    for r in records:
+        homes.setdefault(r.key, set()).add(r.partition)
+    assert all(len(ps) == 1 for ps in homes.values())
+
+
+def test_watermark_waits_for_every_task(kafka_config: dict[str, Any], new_topic: Callable[..., str]) -> None:
+    topic = new_topic(2)
+    a = ControlWriter(kafka_config, topic, task_name="a", task_count=2)
+    b = ControlWriter(kafka_config, topic, task_name="b", task_count=2)
+    a.send_watermark(100)
+    a.flush()
+    with ControlReader(kafka_config, topic) as reader:
+        early = reader.poll(3.0) + reader.poll(1.0)
+        assert early == []  # b has not reported: the watermark is undefined
+        b.send_watermark(40)
+        b.flush()
+        later: list[Any] = []
+        deadline = time.monotonic() + 20
+        while not later and time.monotonic() < deadline:
+            later = reader.poll(0.5)
+        assert later == [WatermarkAdvanced(40)]
+    a.close()
+    b.close()
+
+
+def test_crash_and_resume_from_checkpoint(kafka_config: dict[str, Any], new_topic: Callable[..., str],
+                                          tmp_path: Path) -> None:
+    """A reader that dies without saving resumes from its last checkpoint: together the two readers see
+    every record, the second starts exactly at the checkpoint, and no event is repeated."""
+    topic = new_topic(3)
+    run_upstream(kafka_config, topic, tasks=2, per_task=1500)
+    store = FileCheckpointStore(tmp_path / "ckpt.json")
+    first: list[Any] = []
+    reader = ControlReader(kafka_config, topic, checkpoint=store, batch_size=500)
+    while len(first) < 1200:
+        first += reader.poll(2.0)
+    reader.save_checkpoint()
+    saved = store.load()
+    assert saved is not None
+    lost = reader.poll(2.0)  # read after the checkpoint, then the process "dies": no save, no close
+    assert lost
+    with ControlReader(kafka_config, topic, checkpoint=store, batch_size=500) as resumed:
+        assert resumed.positions == saved.offsets
+        second = list(resumed.read_until_end(timeout=60))
+        resumed.save_checkpoint()
+    assert resumed.tracker.is_ended
+    records = [i for i in first + second if isinstance(i, DataRecord)]
+    assert sorted((r.partition, r.offset) for r in records) == sorted({(r.partition, r.offset) for r in records})
+    assert len(records) == 3000
+    marks = [i.timestamp for i in first + second if isinstance(i, WatermarkAdvanced)]
+    assert marks == sorted(set(marks))
+    assert sum(isinstance(i, StreamEnded) for i in first + second) == 1
+    # A third start from the final checkpoint knows the stream already ended and emits nothing.
+    with ControlReader(kafka_config, topic, checkpoint=store) as again:
+        assert again.tracker.is_ended and again.poll(1.0) == []
+
+
+def test_kill_9_consumer_resumes_at_checkpoint(kafka_config: dict[str, Any], bootstrap_servers: str,
+                                               new_topic: Callable[..., str], tmp_path: Path) -> None:
+    """``kill -9`` of ``controlmsg consume`` mid-stream: the restarted consumer starts at the saved
+    offsets (so at most the batch after the last save is printed again) and reaches end of stream."""
+    topic = new_topic(2)
+    ckpt = tmp_path / "ckpt.json"
+    run_upstream(kafka_config, topic, tasks=2, per_task=20000, end=False)
+    cmd = [sys.executable, "-m", "controlmsg", "consume", "--bootstrap-servers", bootstrap_servers,
+           "--topic", topic, "--checkpoint", str(ckpt), "--until-eos"]
+    with (tmp_path / "out1").open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not ckpt.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait(10)
+    saved = FileCheckpointStore(ckpt).load()
+    assert saved is not None
+    run_upstream(kafka_config, topic, tasks=2, per_task=0)  # just the ends of stream
+    done = subprocess.run(cmd + ["--timeout", "60"], capture_output=True, timeout=90, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    lines = [orjson.loads(x) for x in done.stdout.splitlines()]
+    data = [x for x in lines if x["kind"] == "data"]
+    for p in (0, 1):
+        offsets = [x["offset"] for x in data if x["partition"] == p]
+        start = max(saved.offsets[p], 0)
+        assert offsets == sorted(offsets) and (not offsets or offsets[0] >= start)
+    printed_before = [orjson.loads(x) for x in (tmp_path / "out1").read_bytes().splitlines() if x.endswith(b"}")]
+    keys = {(x["partition"], x["offset"]) for x in printed_before + data if x["kind"] == "data"}
+    assert len(keys) == 40000  # nothing lost across the kill
+    assert lines[-1] == {"kind": "end_of_stream"}
+
+
+def test_transactions_hide_aborted_records(kafka_config: dict[str, Any], new_topic: Callable[..., str]) -> None:
+    topic = new_topic(2)
+    conf = {**kafka_config, "transactional.id": f"{topic}-task-0"}
+    w = ControlWriter(conf, topic, task_name="t", task_count=1)
+    w.send({"n": 1}, key="a")
+    w.abort()  # a failed attempt: nothing of it becomes visible to read_committed readers
+    w.send({"n": 2}, key="a")
+    w.send_end_of_stream()
+    w.close()
+    with ControlReader(kafka_config, topic) as reader:
+        items = list(reader.read_until_end(timeout=30))
+    values = [decode_json_payload(i.payload) for i in items if isinstance(i, DataRecord)]
+    assert values == [{"n": 2}]
+    assert isinstance(items[-1], StreamEnded)
+
+
+def test_delivery_error_is_raised(kafka_config: dict[str, Any], new_topic: Callable[..., str]) -> None:
+    topic = new_topic(1)
+    w = ControlWriter({**kafka_config, "message.timeout.ms": 1000}, topic, task_name="t", task_count=1,
+                      partitions=3)  # claims partitions the topic does not have
+    w.send_end_of_stream()
+    with pytest.raises(DeliveryError, match="not delivered"):
+        w.flush(10)
+
+
+def test_inspect_reports_holders_and_runs(kafka_config: dict[str, Any], bootstrap_servers: str,
+                                          new_topic: Callable[..., str]) -> None:
+    topic = new_topic(2)
+    for name, ts in (("fast", 500), ("slow", 120)):
+        with ControlWriter(kafka_config, topic, task_name=name, task_count=3, run_id="r2") as w:
+            w.send_watermark(ts)
+    with ControlWriter(kafka_config, topic, task_name="done", task_count=3, run_id="r2") as w:
+        w.send_end_of_stream()
+    with ControlWriter(kafka_config, topic, task_name="old", task_count=1, run_id="r1") as w:
+        w.send_end_of_stream()
+    report = inspect_topic(kafka_config, topic)
+    assert set(report.runs) == {"r1", "r2"}
+    status = report.runs["r2"].tracker.status(0)
+    assert status.watermark == 120 and status.holding_task == ("slow", 120)
+    assert status.open_tasks == ["fast", "slow"] and not status.is_ended
+    assert report.runs["r1"].tracker.status(1).is_ended
+    out = subprocess.run([sys.executable, "-m", "controlmsg", "inspect", "--bootstrap-servers", bootstrap_servers,
+                          "--topic", topic, "--run-id", "r2"], capture_output=True, check=True, timeout=60)
+    text = out.stdout.decode()
+    assert "partition 1: watermark 120; reported 3/3" in text
+    assert "held back by slow at 120 (380 ms behind the next task)" in text
+    assert "'r1'" not in text
