@@ -13,8 +13,9 @@ Layout on disk:
   log is kept as ``broker.log.1``), ``broker.pid``, ``broker.json`` and the
   Kafka storage in ``logs/`` (formatted once, reused by later starts).
 
-The broker listens on ``127.0.0.1`` only.  Topic auto-creation is left at
-Kafka's default (enabled), and every internal topic uses replication factor 1.
+The broker listens on ``127.0.0.1`` only.  Topic auto-creation is off
+(intermediate topics are created on purpose, with their partition count), and
+every internal topic uses replication factor 1.
 
 POSIX only (Linux, macOS): the broker is detached into its own session and
 stopped with signals.
@@ -37,6 +38,8 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from controlmsg.errors import BrokerError
 
 __all__ = [
     "KAFKA_VERSION",
@@ -83,12 +86,6 @@ _STORAGE_DIR = "logs"
 _logger = logging.getLogger(__name__)
 
 
-class BrokerError(Exception):
-    """The local broker (or the Kafka libraries it needs) could not be managed.
-
-    The message says what failed and, where there is one, includes the tail of
-    the relevant output (Maven's, or the broker's ``broker.log``).
-    """
 
 
 @dataclass(frozen=True)
@@ -514,6 +511,8 @@ transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+# Intermediate topics are created on purpose, with their partition count; a typo must not create one.
+auto.create.topics.enable=false
 """
 
 

@@ -160,7 +160,8 @@ def _waiting_for(status: PartitionStatus) -> str:
     unheard = status.unheard_tasks or 0
     if unheard:
         parts.append(f"{unheard} task(s) not heard from yet")
-    return f"waiting for end of stream from {' and '.join(parts)} ({len(status.ended_tasks)} of {status.task_count} ended)"
+    ended = f"{len(status.ended_tasks)} of {status.task_count} ended"
+    return f"waiting for end of stream from {' and '.join(parts)} ({ended})"
 
 
 class _Interrupted(Exception):
@@ -297,6 +298,29 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_PROTOCOL if report.errors else EXIT_OK
 
 
+# ---------------------------------------------------------------------------------------------- demo
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    import os
+
+    from controlmsg import broker
+    from controlmsg.demo import run_demo
+
+    servers = args.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if not servers:
+        running = broker.broker_status()
+        if running is None:
+            print(f"starting the local Kafka broker on port {args.port} (first time: fetching Kafka "
+                  f"{broker.KAFKA_VERSION} with Maven)...", file=sys.stderr)
+            running = broker.start_broker(port=args.port)
+        servers = running.bootstrap_servers
+        print(f"local broker at {servers}; stop it with: controlmsg broker stop", file=sys.stderr)
+    run_demo({"bootstrap.servers": servers}, sys.stdout, tasks=args.tasks, partitions=args.partitions,
+             events=args.events)
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------------------------- parser
 
 
@@ -345,6 +369,14 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--run-id")
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=_cmd_inspect)
+
+    d = sub.add_parser("demo", help="start the local broker if needed; several tasks -> one consumer to end of stream")
+    d.add_argument("--bootstrap-servers", help="HOST:PORT (default: $KAFKA_BOOTSTRAP_SERVERS or the local broker)")
+    d.add_argument("--port", type=int, default=9092, help="port for the local broker if one is started")
+    d.add_argument("--tasks", type=int, default=3)
+    d.add_argument("--partitions", type=int, default=4)
+    d.add_argument("--events", type=int, default=2000, help="events per upstream task")
+    d.set_defaults(func=_cmd_demo)
     return parser
 
 

@@ -129,10 +129,10 @@ class _Partition:
     wm: int | None = None  # cached WM(p)
 
 
-def _expect(snapshot: Mapping[str, Any], key: str, typ: type, minimum: int | None = None) -> Any:
-    """``snapshot[key]``, which must be ``None`` or of exactly ``typ`` (and >= ``minimum``)."""
-    value = snapshot[key]
-    if value is not None and (type(value) is not typ or (minimum is not None and value < minimum)):
+def _expect_int(snapshot: Mapping[str, Any], key: str, minimum: int | None = None) -> int | None:
+    """``snapshot[key]``, which must be ``None`` or an int (not a bool) ``>= minimum``."""
+    value: Any = snapshot[key]
+    if value is not None and (type(value) is not int or (minimum is not None and value < minimum)):
         raise CheckpointError(f"bookkeeping snapshot: {key} has an invalid value {value!r}")
     return value
 
@@ -332,8 +332,8 @@ class InputTracker:
             parts = snapshot["partitions"]
             tracker = cls((int(p) for p in parts), run_id if run_id is not None else saved_run,
                           snapshot.get("topic"))
-            tracker._task_count = _expect(snapshot, "taskCount", int, 1)
-            tracker._emitted = _expect(snapshot, "emittedWatermark", int)
+            tracker._task_count = _expect_int(snapshot, "taskCount", 1)
+            tracker._emitted = _expect_int(snapshot, "emittedWatermark")
             ended = snapshot["streamEnded"]
             if type(ended) is not bool:
                 raise CheckpointError(f"bookkeeping snapshot: streamEnded must be true or false, got {ended!r}")

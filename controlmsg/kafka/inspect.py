@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -82,12 +82,14 @@ def inspect_topic(
         seen = 0
         while pending:
             if time.monotonic() > deadline:
-                raise ReadError(f"inspecting topic {topic!r}: partitions {sorted(pending)} not read within {timeout:g} s")
-            for msg in consumer.consume(1000, 0.5):
+                raise ReadError(
+                    f"inspecting topic {topic!r}: partitions {sorted(pending)} not read within {timeout:g} s"
+                )
+            for msg in cast(list[Any], consumer.consume(1000, 0.5)):
                 if msg.error() is not None:
                     continue
-                p, off = msg.partition(), msg.offset()
-                assert p is not None and off is not None
+                p = cast(int, msg.partition())
+                off = cast(int, msg.offset())
                 if off + 1 >= ends[p]:
                     pending.discard(p)
                 if off >= ends[p]:

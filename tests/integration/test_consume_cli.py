@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+
 def wm(task: str, count: int, ts: int, run: str = "r1") -> bytes:
     """An independent client's watermark envelope: fields in another order, one unknown extra field."""
     return b"\x01" + orjson.dumps({"timestamp": ts, "runId": run, "taskCount": count, "taskName": task,

@@ -137,7 +137,7 @@ def test_kill_9_consumer_resumes_at_checkpoint(kafka_config: dict[str, Any], boo
     saved = FileCheckpointStore(ckpt).load()
     assert saved is not None
     run_upstream(kafka_config, topic, tasks=2, per_task=0)  # just the ends of stream
-    done = subprocess.run(cmd + ["--timeout", "60"], capture_output=True, timeout=90, check=False)
+    done = subprocess.run([*cmd, "--timeout", "60"], capture_output=True, timeout=90, check=False)
     assert done.returncode == 0, done.stderr.decode()
     lines = [orjson.loads(x) for x in done.stdout.splitlines()]
     data = [x for x in lines if x["kind"] == "data"]
