@@ -245,37 +245,13 @@ def ensure_kafka_libs(cache_dir: Path | None = None) -> Path:
             f"-DoutputDirectory={partial}",
             "-DincludeScope=runtime",
         ]
-        shown = shlex.join(cmd)
-        _logger.info("fetching Apache Kafka %s jars: %s", KAFKA_VERSION, shown)
-        try:
-            proc = subprocess.run(
-                cmd,
-                cwd=root,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                errors="replace",
-                timeout=_MVN_TIMEOUT,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise BrokerError(
-                f"`{shown}` did not finish within {_MVN_TIMEOUT:.0f} s"
-                + _tail_section("output", _as_text(exc.output), _OUTPUT_TAIL_LINES)
-            ) from exc
-        except OSError as exc:
-            raise BrokerError(f"cannot run `{shown}`: {exc}") from exc
-        if proc.returncode != 0:
-            raise BrokerError(
-                f"`{shown}` failed with exit code {proc.returncode}"
-                + _tail_section("output", proc.stdout, _OUTPUT_TAIL_LINES)
-            )
+        _logger.info("fetching Apache Kafka %s jars: %s", KAFKA_VERSION, shlex.join(cmd))
+        output = _run_tool(cmd, "fetching the Kafka jars", _MVN_TIMEOUT, cwd=root)
         kafka_jar = partial / f"kafka_{_SCALA_VERSION}-{KAFKA_VERSION}.jar"
         if not kafka_jar.is_file():
             raise BrokerError(
-                f"`{shown}` succeeded but {kafka_jar.name} is missing from {partial}"
-                + _tail_section("output", proc.stdout, _OUTPUT_TAIL_LINES)
+                f"`{shlex.join(cmd)}` succeeded but {kafka_jar.name} is missing from {partial}"
+                + _tail_section("output", output, _OUTPUT_TAIL_LINES)
             )
         try:
             shutil.rmtree(libs, ignore_errors=True)
@@ -626,32 +602,40 @@ def _format_storage(java_cmd: Sequence[str], props: Path, deadline: float) -> No
         "-c",
         str(props),
     ]
-    shown = shlex.join(cmd)
     remaining = max(1.0, deadline - time.monotonic())
-    _logger.info("formatting Kafka storage: %s", shown)
+    _logger.info("formatting Kafka storage: %s", shlex.join(cmd))
+    _run_tool(cmd, "formatting the broker storage", remaining)
+
+
+def _run_tool(cmd: Sequence[str], what: str, timeout: float, cwd: Path | None = None) -> str:
+    """Run a helper tool to completion; return its output. Raises :class:`BrokerError` naming the command
+    and the tail of its output when it cannot run, times out or fails."""
+    shown = shlex.join(cmd)
     try:
         proc = subprocess.run(
-            cmd,
+            list(cmd),
+            cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             errors="replace",
-            timeout=remaining,
+            timeout=timeout,
             check=False,
         )
     except subprocess.TimeoutExpired as exc:
         raise BrokerError(
-            f"`{shown}` did not finish within {remaining:.0f} s"
+            f"{what}: `{shown}` did not finish within {timeout:.0f} s"
             + _tail_section("output", _as_text(exc.output), _OUTPUT_TAIL_LINES)
         ) from exc
     except OSError as exc:
-        raise BrokerError(f"cannot run `{shown}`: {exc}") from exc
+        raise BrokerError(f"{what}: cannot run `{shown}`: {exc}") from exc
     if proc.returncode != 0:
         raise BrokerError(
-            f"formatting the broker storage failed (exit code {proc.returncode}): "
-            f"`{shown}`" + _tail_section("output", proc.stdout, _OUTPUT_TAIL_LINES)
+            f"{what} failed (exit code {proc.returncode}): `{shown}`"
+            + _tail_section("output", proc.stdout, _OUTPUT_TAIL_LINES)
         )
+    return proc.stdout
 
 
 def _spawn_detached(argv: Sequence[str], log_path: Path) -> int:
