@@ -58,6 +58,15 @@ class DataRecord:
 
 Item = DataRecord | Event
 
+# poll() builds DataRecords by setting their slots directly: the frozen dataclass's generated __init__ goes
+# through object.__setattr__ once per field, which costs more than all the rest of poll()'s per-record work.
+# The result is the same object (DataRecord has no __post_init__ and no defaults).
+_new_record: Final = object.__new__
+_set_partition: Final = cast(Any, DataRecord).partition.__set__
+_set_offset: Final = cast(Any, DataRecord).offset.__set__
+_set_key: Final = cast(Any, DataRecord).key.__set__
+_set_payload: Final = cast(Any, DataRecord).payload.__set__
+
 
 class ControlReader:
     """Reads one topic's envelope stream for one consumer.
@@ -161,6 +170,8 @@ class ControlReader:
         append = items.append
         positions = self._positions
         filter_run = self._filter_run
+        new, record_type, user_byte = _new_record, DataRecord, _USER_BYTE
+        set_partition, set_offset, set_key, set_payload = _set_partition, _set_offset, _set_key, _set_payload
         for msg in cast(list[Any], msgs):
             err = msg.error()
             if err is not None:
@@ -172,11 +183,16 @@ class ControlReader:
             p = msg.partition()
             off = msg.offset()
             value = msg.value()
-            if value and value[0] == _USER_BYTE:
+            if value and value[0] == user_byte:
                 if filter_run is not None and not self._same_run(msg, filter_run):
                     self.skipped_other_run += 1
                 else:
-                    append(DataRecord(p, off, msg.key(), value[1:]))
+                    record = new(record_type)  # DataRecord(p, off, msg.key(), value[1:]), faster
+                    set_partition(record, p)
+                    set_offset(record, off)
+                    set_key(record, msg.key())
+                    set_payload(record, value[1:])
+                    append(record)
                 positions[p] = off + 1
                 continue
             try:

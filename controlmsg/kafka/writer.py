@@ -95,7 +95,14 @@ class ControlWriter:
         producer = self._producer
         while True:
             try:
-                if partition < 0:
+                # headers= (even None) adds ~0.3 us to each confluent-kafka produce() call, more than half of
+                # the call itself, so records without headers (user messages by default) pass none.
+                if headers is None:
+                    if partition < 0:
+                        producer.produce(self.topic, value, key)
+                    else:
+                        producer.produce(self.topic, value, key, partition)
+                elif partition < 0:
                     producer.produce(self.topic, value, key, headers=headers)
                 else:
                     producer.produce(self.topic, value, key, partition, headers=headers)

@@ -1,0 +1,167 @@
+"""Files in and out, event-time parsing, durations, and the windowed aggregation's plain-Spark oracle.
+
+Formats go by file extension: ``.csv`` (header row, inferred types, ``null_value`` read as null),
+``.json``/``.jsonl``/``.ndjson`` (JSON lines), ``.parquet``.
+
+Event time may be an ISO-8601 string with a zone (``2026-01-01T10:00:00+02:00``, ``...Z``), a
+``YYYY-MM-DD HH:MM:SS`` string taken as UTC, or an integer of epoch milliseconds (a number column, or a
+string of digits). Anything else is unparseable: such rows, and rows with a null key, are *rejected*:
+counted and written to a rejects file with the reason, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import uuid
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+__all__ = [
+    "EVENT_MS",
+    "iso_utc",
+    "parse_duration",
+    "read_table",
+    "split_rejects",
+    "windowed_oracle",
+    "write_table",
+]
+
+EVENT_MS = "__event_ms"
+"""The column holding the parsed event time, epoch milliseconds (long)."""
+
+REJECT_REASON = "__reject_reason"
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration(text: str) -> int:
+    """``15m`` -> 900000. Units: ms, s, m, h, d. Raises ``ValueError`` for anything else or zero."""
+    match = _DURATION.match(text)
+    if not match or int(match.group(1)) == 0:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 500ms, 30s, 15m, 1h, 1d)")
+    return int(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+def _format(path: str) -> str:
+    lower = path.lower().rstrip("/")
+    if lower.endswith(".csv"):
+        return "csv"
+    if lower.endswith((".json", ".jsonl", ".ndjson")):
+        return "json"
+    if lower.endswith(".parquet"):
+        return "parquet"
+    raise ValueError(f"{path}: unknown file type; use .csv, .json, .jsonl, .ndjson or .parquet")
+
+
+def read_table(spark: SparkSession, path: str, null_value: str | None = None) -> DataFrame:
+    """Read a CSV, JSON lines or Parquet file (or directory of them) by extension."""
+    fmt = _format(path)
+    if fmt == "csv":
+        reader = spark.read.option("header", "true").option("inferSchema", "true").option("mode", "PERMISSIVE")
+        if null_value is not None:
+            reader = reader.option("nullValue", null_value)
+        return reader.csv(path)
+    if fmt == "json":
+        return spark.read.json(path)
+    return spark.read.parquet(path)
+
+
+def write_table(df: DataFrame, path: str) -> None:
+    """Write ``df`` as ONE file at ``path`` (format by extension), replacing it.
+
+    Spark writes a directory of part files; this writes through one task into a temporary directory
+    beside ``path`` and moves the single part file into place, so users get the file they named.
+    """
+    fmt = _format(path)
+    target = Path(path)
+    tmp = target.parent / f".{target.name}.{uuid.uuid4().hex}.tmp"
+    one = df.coalesce(1)
+    writer = one.write.mode("overwrite")
+    if fmt == "csv":
+        writer.option("header", "true").csv(str(tmp))
+    elif fmt == "json":
+        writer.json(str(tmp))
+    else:
+        writer.parquet(str(tmp))
+    suffix = {"csv": ".csv", "json": ".json", "parquet": ".parquet"}[fmt]
+    parts = sorted(p for p in tmp.iterdir() if p.name.startswith("part-") and p.name.endswith(suffix))
+    if len(parts) != 1:
+        raise RuntimeError(f"expected one part file in {tmp}, found {[p.name for p in parts]}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_dir():
+        shutil.rmtree(target)
+    parts[0].replace(target)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def event_time_ms(df: DataFrame, column: str) -> Column:
+    """The event time of ``column`` in epoch ms (long), or null when it cannot be parsed."""
+    dtype = df.schema[column].dataType
+    col = F.col(column)
+    if isinstance(dtype, T.TimestampType | T.TimestampNTZType):
+        return F.unix_millis(col.cast("timestamp"))
+    if isinstance(dtype, T.IntegralType):
+        return col.cast("long")
+    if isinstance(dtype, T.DecimalType | T.DoubleType | T.FloatType):
+        # Only whole numbers are epoch milliseconds.
+        return F.when(col == F.floor(col), col.cast("long"))
+    text = F.trim(col.cast("string"))
+    iso = F.expr(f"try_cast(trim(`{column}`) AS TIMESTAMP)")
+    return (
+        F.when(text.rlike(r"^-?[0-9]+$"), F.expr(f"try_cast(trim(`{column}`) AS BIGINT)"))
+        .when(text.rlike(r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}"), F.unix_millis(iso))
+    )
+
+
+def split_rejects(df: DataFrame, key: str, event_time: str) -> tuple[DataFrame, DataFrame]:
+    """Split rows into (good, rejects). Good rows gain :data:`EVENT_MS`; rejects gain
+    ``__reject_reason`` ("null key" or "unparseable event time: <value>")."""
+    for name in (key, event_time):
+        if name not in df.columns:
+            raise ValueError(f"column {name!r} is not in the input (columns: {', '.join(df.columns)})")
+    with_ms = df.withColumn(EVENT_MS, event_time_ms(df, event_time))
+    reason = (
+        F.when(F.col(key).isNull(), F.lit("null key"))
+        .when(F.col(EVENT_MS).isNull(), F.concat(F.lit("unparseable event time: "),
+                                                 F.coalesce(F.col(event_time).cast("string"), F.lit("null"))))
+    )
+    marked = with_ms.withColumn(REJECT_REASON, reason)
+    good = marked.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON)
+    rejects = marked.where(F.col(REJECT_REASON).isNotNull()).drop(EVENT_MS)
+    return good, rejects
+
+
+def iso_utc(ms: Column) -> Column:
+    """Epoch ms -> ``YYYY-MM-DDTHH:MM:SSZ`` (``.SSS`` added only when there are milliseconds)."""
+    ts = F.timestamp_millis(ms)
+    return F.when(
+        F.pmod(ms, F.lit(1000)) == 0, F.date_format(ts, "yyyy-MM-dd'T'HH:mm:ss'Z'")
+    ).otherwise(F.date_format(ts, "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"))
+
+
+def windowed_oracle(
+    spark: SparkSession, path: str, *, key: str, event_time: str, window_ms: int, sums: list[str],
+    null_value: str | None = None,
+) -> DataFrame:
+    """The reference answer: the same tumbling-window aggregation as ONE plain Spark batch query over the
+    input file, with Spark's own ``window()``. Columns: key (string), window_start, window_end (ISO-8601
+    UTC), count, sum_<col>..."""
+    df = read_table(spark, path, null_value)
+    good, _ = split_rejects(df, key, event_time)
+    seconds = window_ms // 1000
+    win = F.window(F.timestamp_millis(F.col(EVENT_MS)), f"{seconds} seconds") if window_ms % 1000 == 0 else \
+        F.window(F.timestamp_millis(F.col(EVENT_MS)), f"{window_ms} milliseconds")
+    aggs = [F.count(F.lit(1)).alias("count")] + [F.sum(F.col(c)).alias(f"sum_{c}") for c in sums]
+    grouped = good.groupBy(F.col(key).cast("string").alias("key"), win.alias("w")).agg(*aggs)
+    return grouped.select(
+        "key",
+        iso_utc(F.unix_millis(F.col("w.start"))).alias("window_start"),
+        iso_utc(F.unix_millis(F.col("w.end"))).alias("window_end"),
+        "count",
+        *[f"sum_{c}" for c in sums],
+    )

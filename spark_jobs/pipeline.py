@@ -1,0 +1,195 @@
+"""``python -m spark_jobs.pipeline windowed-count``: ingest -> window_aggregate -> sink, three separate
+Spark applications joined by two intermediate topics, that terminates by itself.
+
+The three jobs are started as separate processes (each its own Spark application), by default
+downstream first (sink, window_aggregate, ingest) to show that a reader waits for its upstream. The
+pipeline exits 0 once the sink has written the complete result, non-zero with the failing job's log tail
+if any job fails (the others are then stopped). Each job's log goes to ``<run dir>/<job>.log``; the
+jobs' own progress lines are echoed to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from spark_jobs.common import topic_names
+
+__all__ = ["main"]
+
+_JOBS = ("ingest", "window_aggregate", "sink")
+_OWN_LINE = re.compile(rb"^\d\d:\d\d:\d\d (ingest|window_aggregate|sink|reader|writer)\b")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m spark_jobs.pipeline", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="pipeline", required=True)
+    p = sub.add_parser("windowed-count", help="count (and sum) per key and tumbling event-time window")
+    p.add_argument("--input", required=True, help="CSV, JSON lines or Parquet file (by extension)")
+    p.add_argument("--key", required=True)
+    p.add_argument("--event-time", required=True)
+    p.add_argument("--window", required=True, help="e.g. 15m, 1h, 1d")
+    p.add_argument("--sum", action="append", default=[], help="a column to sum (repeatable)")
+    p.add_argument("--output", required=True, help="CSV, JSON lines or Parquet file (by extension)")
+    p.add_argument("--null-value", help="CSV token read as null")
+    p.add_argument("--partitions", type=int, default=4, help="partitions of each intermediate topic")
+    p.add_argument("--tasks", type=int, default=2, help="upstream write tasks of each writing job")
+    p.add_argument("--bootstrap-servers", help="HOST:PORT (default: $KAFKA_BOOTSTRAP_SERVERS, else the local "
+                   "broker, started if needed)")
+    p.add_argument("--run-id", help="pipeline run id (generated when absent)")
+    p.add_argument("--master", default="local[*]", help="Spark master for every job (default local[*])")
+    p.add_argument("--timeout", type=float, default=600.0, help="fail if the pipeline has not ended after SECONDS")
+    p.add_argument("--start-order", default="sink,window_aggregate,ingest",
+                   help="the order the jobs are started in (comma-separated)")
+    p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting for every job (repeatable)")
+    p.add_argument("--run-dir", help="logs and summaries (default: .controlmsg/runs/<run id>)")
+    return parser
+
+
+def _resolve_servers(given: str | None) -> str:
+    from controlmsg import broker
+
+    servers = given or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if servers:
+        return servers
+    running = broker.broker_status()
+    if running is None:
+        print("starting the local Kafka broker (stop it with: controlmsg broker stop)...", file=sys.stderr)
+        running = broker.start_broker()
+    return running.bootstrap_servers
+
+
+def _pump(stream: IO[bytes], log: IO[bytes], echo: bool) -> None:
+    for line in iter(stream.readline, b""):
+        log.write(line)
+        log.flush()
+        if echo and _OWN_LINE.match(line):
+            sys.stderr.buffer.write(line)
+            sys.stderr.flush()
+
+
+def _job_args(job: str, args: argparse.Namespace, servers: str, run_id: str, run_dir: Path) -> list[str]:
+    events, windows = topic_names(run_id)
+    common = ["--bootstrap-servers", servers, "--run-id", run_id, "--master", args.master,
+              "--summary", str(run_dir / f"{job}.json"), "--timeout", str(args.timeout)]
+    for setting in args.spark_conf:
+        common += ["--spark-conf", setting]
+    sums = [x for col in args.sum for x in ("--sum", col)]
+    if job == "ingest":
+        extra = ["--input", args.input, "--key", args.key, "--event-time", args.event_time, "--topic", events,
+                 "--partitions", str(args.partitions), "--tasks", str(args.tasks),
+                 "--rejects", f"{args.output}.rejects.jsonl", *[x for c in args.sum for x in ("--carry", c)]]
+        if args.null_value is not None:
+            extra += ["--null-value", args.null_value]
+    elif job == "window_aggregate":
+        extra = ["--input-topic", events, "--output-topic", windows, "--window", args.window,
+                 "--partitions", str(args.partitions), "--tasks", str(args.tasks), *sums]
+    else:
+        extra = ["--input-topic", windows, "--output", args.output, *sums]
+    return [sys.executable, "-m", f"spark_jobs.{job}", *extra, *common]
+
+
+def run_windowed_count(args: argparse.Namespace) -> int:
+    from controlmsg.kafka.admin import create_topic
+    from spark_jobs.events import parse_duration
+
+    parse_duration(args.window)  # fail fast on a bad duration
+    order = [j.strip() for j in args.start_order.split(",")]
+    if sorted(order) != sorted(_JOBS):
+        print(f"--start-order must name each of {', '.join(_JOBS)} once", file=sys.stderr)
+        return 2
+    run_id = args.run_id or uuid.uuid4().hex[:10]
+    servers = _resolve_servers(args.bootstrap_servers)
+    run_dir = Path(args.run_dir or Path(".controlmsg") / "runs" / run_id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    conf = {"bootstrap.servers": servers}
+    for topic in topic_names(run_id):
+        create_topic(conf, topic, args.partitions)
+    print(f"run {run_id}: {args.input} -> {', '.join(topic_names(run_id))} -> {args.output}; "
+          f"logs in {run_dir}", file=sys.stderr)
+
+    started = time.monotonic()
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    logs: dict[str, IO[bytes]] = {}
+    pumps: list[threading.Thread] = []
+    env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+    ended: dict[str, float] = {}
+    failed: str | None = None
+    try:
+        for job in order:
+            logs[job] = (run_dir / f"{job}.log").open("wb")
+            proc = subprocess.Popen(_job_args(job, args, servers, run_id, run_dir), stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, env=env)
+            procs[job] = proc
+            assert proc.stdout is not None
+            pump = threading.Thread(target=_pump, args=(proc.stdout, logs[job], True), daemon=True)
+            pump.start()
+            pumps.append(pump)
+        deadline = started + args.timeout + 120
+        while len(ended) < len(procs) and failed is None:
+            if time.monotonic() > deadline:
+                failed = "timeout"
+                break
+            for job, proc in procs.items():
+                if job not in ended and proc.poll() is not None:
+                    ended[job] = time.monotonic() - started
+                    if proc.returncode != 0:
+                        failed = job
+            time.sleep(0.2)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs.values():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for pump in pumps:
+            pump.join(5)
+        for log in logs.values():
+            log.close()
+    if failed is not None:
+        if failed == "timeout":
+            print(f"pipeline run {run_id} did not end within {args.timeout:g} s; logs in {run_dir}", file=sys.stderr)
+        else:
+            tail = (run_dir / f"{failed}.log").read_bytes().decode(errors="replace").splitlines()[-25:]
+            print(f"job {failed} failed (exit {procs[failed].returncode}); last lines of {run_dir / failed}.log:",
+                  file=sys.stderr)
+            print("\n".join("  " + line for line in tail), file=sys.stderr)
+        return 1
+    summaries: dict[str, Any] = {job: orjson.loads((run_dir / f"{job}.json").read_bytes()) for job in _JOBS}
+    ingest, window, sink = summaries["ingest"], summaries["window_aggregate"], summaries["sink"]
+    eos_to_sink = sink["input_ended_at"] - ingest["finished_at"]
+    print(f"rows in: {ingest['rows_in']}  rejects: {ingest['rejects']}"
+          + (f" (in {ingest['rejects_path']})" if ingest["rejects"] else "")
+          + f"  events: {ingest['rows_out']}  windows: {window['rows_out']}  rows out: {sink['rows_out']}"
+          f" -> {args.output}")
+    print("wall time: " + ", ".join(f"{job} {ended[job]:.1f} s" for job in _JOBS)
+          + f"; pipeline {time.monotonic() - started:.1f} s")
+    print(f"end of stream reached the sink {eos_to_sink:.1f} s after ingest's last end of stream was written")
+    (run_dir / "pipeline.json").write_bytes(orjson.dumps(
+        {"run_id": run_id, "jobs": summaries, "wall_seconds": ended, "eos_to_sink_seconds": eos_to_sink},
+        option=orjson.OPT_INDENT_2))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_windowed_count(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

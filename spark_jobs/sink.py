@@ -1,0 +1,69 @@
+"""``sink``: intermediate topic of window results -> one file (CSV, JSON lines or Parquet, by extension).
+
+Its own Spark application. Reads the followed run until every upstream task has ended on every
+partition, then writes ``key, window_start, window_end`` (ISO-8601 UTC) ``, count, sum_<col>...``
+sorted by key and window start, as one file at ``--output``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.common import add_common_options, job_logger, run_job
+from spark_jobs.events import iso_utc, write_table
+
+__all__ = ["build_parser", "main", "run"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.sink", description=__doc__.split("\n")[0])
+    p.add_argument("--input-topic", required=True)
+    p.add_argument("--output", required=True, help="CSV, JSON lines or Parquet file (by extension)")
+    p.add_argument("--sum", action="append", default=[], help="a summed column, for the column order")
+    add_common_options(p)
+    return p
+
+
+def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str, Any]:
+    """The job's work in an existing Spark session; returns its summary."""
+    from spark_jobs.downstream import read_intermediate
+    from spark_jobs.window_aggregate import json_records
+
+    log = job_logger("sink")
+    log.info("reading topic %s (run %s) until end of stream", args.input_topic, args.run_id)
+    raw = read_intermediate(spark, args.input_topic, bootstrap_servers=servers, run_id=args.run_id,
+                            timeout=args.timeout).cache()
+    rows = raw.count()
+    ended_at = time.time()
+    sums = [f"sum_{c}" for c in args.sum]
+    if rows:
+        results = json_records(spark, raw)
+        for col in sums:
+            if col not in results.columns:  # every value null: JSON has no member to infer from
+                results = results.withColumn(col, F.lit(None).cast("double"))
+        out = results.select(
+            "key", iso_utc(F.col("window_start")).alias("window_start"),
+            iso_utc(F.col("window_end")).alias("window_end"), "count", *sums,
+        ).orderBy("key", "window_start")
+    else:
+        schema = "key string, window_start string, window_end string, count long" + "".join(
+            f", {c} double" for c in sums)
+        out = spark.createDataFrame([], schema)
+    write_table(out, args.output)
+    raw.unpersist()
+    log.info("wrote %d rows to %s", rows, args.output)
+    return {"rows_in": rows, "rows_out": rows, "output": args.output, "input_ended_at": ended_at}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_job("sink", build_parser(), run, argv)
+
+if __name__ == "__main__":
+    sys.exit(main())

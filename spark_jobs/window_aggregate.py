@@ -1,0 +1,95 @@
+"""``window_aggregate``: intermediate topic -> tumbling event-time windows per key -> the next topic.
+
+Its own Spark application. Reads the followed run of the input topic until every upstream task has ended
+on every partition, counts records and sums each ``--sum`` column (SQL SUM: nulls skipped; all null ->
+null) per key and window ``[start, start + window)``, and writes one record per (key, window) to the
+output topic, with its own watermarks and end of stream, as the next job's upstream.
+
+Input values: ``{"key", "event_ms", <columns>}`` (what ``ingest`` writes). Output values:
+``{"key", "window_start", "window_end" (epoch ms), "count", "sum_<col>"...}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.common import add_common_options, job_logger, run_job
+from spark_jobs.events import parse_duration
+
+__all__ = ["aggregate_windows", "build_parser", "json_records", "main", "run"]
+
+
+def json_records(spark: SparkSession, raw: DataFrame) -> DataFrame:
+    """Parse the ``value`` JSON texts of a raw intermediate read, inferring the types as Spark's JSON
+    reader does (integers -> long, decimals -> double), so sums keep SQL SUM's types."""
+    return spark.read.json(raw.select("value").rdd.map(lambda row: row[0]))
+
+
+def aggregate_windows(records: DataFrame, window_ms: int, sums: Sequence[str]) -> DataFrame:
+    """count and sum_<col> per (key, tumbling window); window bounds in epoch ms."""
+    start = F.col("event_ms") - F.pmod(F.col("event_ms"), F.lit(window_ms))
+    aggs = [F.count(F.lit(1)).alias("count")]
+    for col in sums:
+        source = F.col(col) if col in records.columns else F.lit(None).cast("double")
+        aggs.append(F.sum(source).alias(f"sum_{col}"))
+    return (
+        records.groupBy(F.col("key"), start.alias("window_start"))
+        .agg(*aggs)
+        .withColumn("window_end", F.col("window_start") + F.lit(window_ms))
+        .select("key", "window_start", "window_end", "count", *[f"sum_{c}" for c in sums])
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.window_aggregate", description=__doc__.split("\n")[0])
+    p.add_argument("--input-topic", required=True)
+    p.add_argument("--output-topic", required=True)
+    p.add_argument("--window", required=True, help="tumbling window length, e.g. 15m, 1h, 1d")
+    p.add_argument("--sum", action="append", default=[], help="a column to sum (repeatable)")
+    p.add_argument("--partitions", type=int, default=4, help="output topic partitions (created if missing)")
+    p.add_argument("--tasks", type=int, default=2, help="output write tasks")
+    add_common_options(p)
+    return p
+
+
+def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str, Any]:
+    """The job's work in an existing Spark session; returns its summary."""
+    from spark_jobs.downstream import read_intermediate
+    from spark_jobs.upstream import write_intermediate
+
+    log = job_logger("window_aggregate")
+    started = time.monotonic()
+    window_ms = parse_duration(args.window)
+    log.info("reading topic %s (run %s) until end of stream", args.input_topic, args.run_id)
+    raw = read_intermediate(spark, args.input_topic, bootstrap_servers=servers, run_id=args.run_id,
+                            timeout=args.timeout).cache()
+    rows_in = raw.count()
+    ended_after = time.monotonic() - started
+    log.info("input ended: %d records in %.1f s", rows_in, ended_after)
+    if rows_in:
+        windows = aggregate_windows(json_records(spark, raw), window_ms, args.sum)
+    else:
+        schema = "key string, window_start long, window_end long, count long" + "".join(
+            f", sum_{c} double" for c in args.sum)
+        windows = spark.createDataFrame([], schema)
+    result = write_intermediate(
+        windows.repartition(args.tasks), args.output_topic, bootstrap_servers=servers, run_id=args.run_id,
+        job_name="window", key_column="key", event_time_column="window_start", partitions=args.partitions,
+    )
+    raw.unpersist()
+    log.info("wrote %d window results in %.1f s", result.rows, time.monotonic() - started)
+    return {"rows_in": rows_in, "rows_out": result.rows, "input_ended_seconds": ended_after}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_job("window_aggregate", build_parser(), run, argv)
+
+if __name__ == "__main__":
+    sys.exit(main())

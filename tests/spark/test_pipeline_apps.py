@@ -1,0 +1,80 @@
+"""The pipeline CLI: three separate Spark applications, started downstream first, end by themselves with
+the oracle's result; on local Spark and on a Spark standalone cluster (master and worker processes from
+the pyspark installation)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from spark_jobs.standalone import Cluster, start_cluster, stop_cluster
+
+from .test_pipeline_oracle import SAMPLE, assert_matches_oracle
+
+OPTS = ["--input", str(SAMPLE), "--key", "user", "--event-time", "event_time", "--window", "1h",
+        "--sum", "amount", "--sum", "items", "--null-value", "NA"]
+
+
+def run_cli(bootstrap_servers: str, output: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "spark_jobs.pipeline", "windowed-count", *OPTS, "--output", str(output),
+         "--bootstrap-servers", bootstrap_servers, "--partitions", "3", "--tasks", "2", "--timeout", "240",
+         "--run-dir", str(output.parent / "run"), *extra],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+
+
+def check_output(spark: SparkSession, output: Path) -> None:
+    assert_matches_oracle(spark, str(output), input_path=str(SAMPLE), key="user", event_time="event_time",
+                          window="1h", sums=["amount", "items"], null_value="NA")
+
+
+def test_pipeline_of_three_spark_applications(spark: SparkSession, bootstrap_servers: str, tmp_path: Path) -> None:
+    output = tmp_path / "hourly.csv"
+    done = run_cli(bootstrap_servers, output, "--master", "local[1]")
+    assert done.returncode == 0, done.stderr[-3000:]
+    check_output(spark, output)
+    assert "rows in: 2400  rejects: 11" in done.stdout
+    assert "end of stream reached the sink" in done.stdout
+    for job in ("ingest", "window_aggregate", "sink"):
+        assert f" {job}: " in done.stderr  # each job's own log lines are echoed
+        assert (tmp_path / "run" / f"{job}.log").stat().st_size > 0
+
+
+def test_pipeline_reports_a_failing_job(bootstrap_servers: str, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.pipeline", "windowed-count", "--input", str(tmp_path / "missing.csv"),
+         "--key", "user", "--event-time", "ts", "--window", "1h", "--output", str(tmp_path / "o.csv"),
+         "--bootstrap-servers", bootstrap_servers, "--master", "local[1]", "--timeout", "120",
+         "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=400, check=False,
+    )
+    assert done.returncode == 1
+    assert "job ingest failed" in done.stderr
+    assert "missing.csv" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    started = start_cluster(tmp_path_factory.mktemp("spark-cluster"), cores=6, memory="6g")
+    try:
+        yield started
+    finally:
+        stop_cluster(started)
+
+
+def test_pipeline_on_standalone_cluster(spark: SparkSession, bootstrap_servers: str, cluster: Cluster,
+                                        tmp_path: Path) -> None:
+    output = tmp_path / "hourly.parquet"
+    done = run_cli(bootstrap_servers, output, "--master", cluster.master_url,
+                   "--spark-conf", "spark.cores.max=2", "--spark-conf", "spark.executor.memory=1g")
+    assert done.returncode == 0, done.stderr[-3000:]
+    check_output(spark, output)
+    # The work ran in executors the worker launched, not in the drivers.
+    executors = list((cluster.directory / "work").glob("app-*/*/stderr"))
+    assert len({p.parent.parent for p in executors}) == 3

@@ -1,0 +1,141 @@
+"""The windowed-count pipeline against its oracle: the same aggregation as ONE plain Spark batch query over
+the input file must equal the pipeline's output file row for row.
+
+Here the three jobs run one after another in the test's Spark session (their ``run`` functions), which
+exercises everything but the process boundaries; ``test_pipeline_apps.py`` runs them as separate Spark
+applications, concurrently, through the pipeline CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from spark_jobs import ingest, sink, window_aggregate
+from spark_jobs.events import parse_duration, read_table, windowed_oracle
+
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clicks.csv"
+
+
+def run_pipeline_in_session(spark: SparkSession, servers: str, *, input_path: str, key: str, event_time: str,
+                            window: str, sums: list[str], output: str, partitions: int, tasks: int,
+                            null_value: str | None = None) -> dict[str, dict[str, Any]]:
+    run_id = uuid.uuid4().hex[:10]
+    events, windows = f"t-{run_id}-events", f"t-{run_id}-windows"
+    common = ["--run-id", run_id, "--bootstrap-servers", servers, "--timeout", "120"]
+    sum_args = [x for c in sums for x in ("--sum", c)]
+    ingest_args = ["--input", input_path, "--key", key, "--event-time", event_time, "--topic", events,
+                   "--partitions", str(partitions), "--tasks", str(tasks), "--rejects", f"{output}.rejects.jsonl",
+                   *[x for c in sums for x in ("--carry", c)], *common]
+    if null_value is not None:
+        ingest_args += ["--null-value", null_value]
+    out = {"ingest": ingest.run(spark, ingest.build_parser().parse_args(ingest_args), servers)}
+    out["window"] = window_aggregate.run(spark, window_aggregate.build_parser().parse_args(
+        ["--input-topic", events, "--output-topic", windows, "--window", window, "--partitions", str(partitions),
+         "--tasks", str(tasks), *sum_args, *common]), servers)
+    out["sink"] = sink.run(spark, sink.build_parser().parse_args(
+        ["--input-topic", windows, "--output", output, *sum_args, *common]), servers)
+    return out
+
+
+def normalized(rows: list[Any], sums: list[str]) -> list[tuple[Any, ...]]:
+    def num(v: Any) -> Any:
+        if v is None:
+            return None
+        return round(float(v), 6)
+
+    result = [
+        (str(r["key"]), r["window_start"], r["window_end"], int(r["count"]), *[num(r[f"sum_{c}"]) for c in sums])
+        for r in rows
+    ]
+    return sorted(result)
+
+
+def assert_matches_oracle(spark: SparkSession, output: str, *, input_path: str, key: str, event_time: str,
+                          window: str, sums: list[str], null_value: str | None = None) -> int:
+    # CSV read back as text: inferring types would turn the ISO-8601 strings into timestamps.
+    written = spark.read.option("header", "true").csv(output) if output.endswith(".csv") else read_table(spark, output)
+    got = normalized(written.collect(), sums)
+    want = normalized(windowed_oracle(spark, input_path, key=key, event_time=event_time,
+                                      window_ms=parse_duration(window), sums=sums, null_value=null_value).collect(),
+                      sums)
+    assert got == want
+    return len(got)
+
+
+def test_sample_one_partition_one_task(spark: SparkSession, bootstrap_servers: str, tmp_path: Path) -> None:
+    output = str(tmp_path / "out.csv")
+    opts: dict[str, Any] = dict(input_path=str(SAMPLE), key="user", event_time="event_time", window="1h",
+                                sums=["amount", "items"], null_value="NA")
+    summary = run_pipeline_in_session(spark, bootstrap_servers, output=output, partitions=1, tasks=1, **opts)
+    rows = assert_matches_oracle(spark, output, **opts)
+    assert rows > 100
+    assert summary["ingest"]["rejects"] == 11  # 6 null keys + 5 unparseable times in the sample
+    rejects = [json.loads(line) for line in Path(f"{output}.rejects.jsonl").read_text().splitlines()]
+    assert len(rejects) == 11
+    assert {r["__reject_reason"].split(":")[0] for r in rejects} == {"null key", "unparseable event time"}
+    assert summary["ingest"]["rows_in"] == 2400 and summary["sink"]["rows_out"] == rows
+
+
+def test_sample_many_partitions_k_not_n(spark: SparkSession, bootstrap_servers: str, tmp_path: Path) -> None:
+    output = str(tmp_path / "out.parquet")
+    opts: dict[str, Any] = dict(input_path=str(SAMPLE), key="user", event_time="event_time", window="15m",
+                                sums=["amount"], null_value="NA")
+    run_pipeline_in_session(spark, bootstrap_servers, output=output, partitions=5, tasks=3, **opts)
+    assert assert_matches_oracle(spark, output, **opts) > 1000
+
+
+def test_empty_upstream_tasks(spark: SparkSession, bootstrap_servers: str, tmp_path: Path) -> None:
+    """Three rows, six write tasks: most tasks have no rows and must still end their stream."""
+    src = tmp_path / "tiny.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in [
+        {"k": "a", "t": "2026-01-01T00:00:01Z", "v": 1},
+        {"k": "a", "t": "2026-01-01T00:00:59Z", "v": None},
+        {"k": "b", "t": 1767225600000, "v": 5},
+    ]) + "\n")
+    output = str(tmp_path / "out.jsonl")
+    opts: dict[str, Any] = dict(input_path=str(src), key="k", event_time="t", window="1m", sums=["v"])
+    summary = run_pipeline_in_session(spark, bootstrap_servers, output=output, partitions=2, tasks=6, **opts)
+    assert summary["ingest"]["tasks"] == 6
+    assert assert_matches_oracle(spark, output, **opts) == 2
+
+
+def write_events(path: Path, n: int, *, days: int, keys: int, seed: int) -> None:
+    """Synthetic events over ``days`` days with zipf-like skewed keys, as JSON lines."""
+    rng = random.Random(seed)
+    start = datetime(2025, 12, 1, tzinfo=UTC)
+    with path.open("w") as f:
+        for i in range(n):
+            k = min(int(rng.paretovariate(1.2)), keys)
+            t = start + timedelta(seconds=rng.randint(0, days * 86400))
+            f.write(json.dumps({"id": i, "key": k, "ts": t.isoformat(), "x": rng.randint(-5, 50),
+                                "y": None if i % 13 == 0 else rng.random()}) + "\n")
+
+
+def test_skewed_keys_windows_over_many_days(spark: SparkSession, bootstrap_servers: str, tmp_path: Path) -> None:
+    src = tmp_path / "events.jsonl"
+    write_events(src, 20_000, days=45, keys=40, seed=3)
+    output = str(tmp_path / "out.csv")
+    opts: dict[str, Any] = dict(input_path=str(src), key="key", event_time="ts", window="1d", sums=["x", "y"])
+    run_pipeline_in_session(spark, bootstrap_servers, output=output, partitions=4, tasks=3, **opts)
+    rows = assert_matches_oracle(spark, output, **opts)
+    assert rows > 45 * 5
+
+
+def test_no_valid_rows_still_ends(spark: SparkSession, bootstrap_servers: str, tmp_path: Path) -> None:
+    """Every row rejected: the chain still ends by itself and writes an output with just the header."""
+    src = tmp_path / "bad.csv"
+    src.write_text("user,ts,amount\n,2026-01-01T00:00:00Z,1\nu,never,2\n")
+    output = tmp_path / "out.csv"
+    summary = run_pipeline_in_session(spark, bootstrap_servers, input_path=str(src), key="user", event_time="ts",
+                                      window="1h", sums=["amount"], output=str(output), partitions=2, tasks=2)
+    assert summary["ingest"]["rejects"] == 2 and summary["sink"]["rows_out"] == 0
+    assert output.read_text().splitlines() == ["key,window_start,window_end,count,sum_amount"]
+    assert summary["window"]["rows_in"] == 0
+
