@@ -52,8 +52,9 @@ from pyspark.sql.types import StructType
 
 from controlmsg.core.bookkeeping import InputTracker, PartitionStatus
 from controlmsg.errors import ControlMsgError, ReadError
+from controlmsg.kafka.admin import wait_for_topic
 from controlmsg.kafka.reader import ControlReader, DataRecord
-from spark_jobs.topics import wait_for_topic_no_create
+from spark_jobs.progress import Progress
 
 __all__ = [
     "RAW_SCHEMA",
@@ -150,7 +151,7 @@ class _BatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         """Runs at planning time: waits for the topic (up to ``timeout``), then groups its partitions."""
         opts = self.opts
-        count = wait_for_topic_no_create(dict(opts.config), opts.topic, opts.timeout)
+        count = wait_for_topic(dict(opts.config), opts.topic, opts.timeout)
         step = opts.partitions_per_task
         return [TopicPartitions(range(p, min(p + step, count))) for p in range(0, count, step)]
 
@@ -176,10 +177,15 @@ def _read_partitions(opts: _ReadOptions, schema: StructType, partitions: list[in
         batch_size=max(opts.batch_rows, 1000),
         topic_timeout=opts.timeout if opts.timeout is not None else 30.0,
     )
+    progress = Progress(f"reader {opts.topic} partitions {partitions}")
     try:
         pending: list[DataRecord] = []
         tracker = reader.tracker
+        records = 0
         while not tracker.is_ended:
+            if progress.due():
+                progress.log(f"{records} records, watermark {_mark(tracker.emitted_watermark)}, "
+                             f"{len(tracker.ended_partitions)} of {len(partitions)} partitions ended")
             wait = _POLL_S
             if deadline is not None:
                 wait = min(wait, deadline - time.monotonic())
@@ -188,6 +194,7 @@ def _read_partitions(opts: _ReadOptions, schema: StructType, partitions: list[in
             for item in reader.poll(wait):
                 if type(item) is DataRecord:
                     pending.append(item)
+                    records += 1
             if len(pending) >= opts.batch_rows:
                 yield build(pending, opts.topic)
                 pending = []
@@ -195,6 +202,10 @@ def _read_partitions(opts: _ReadOptions, schema: StructType, partitions: list[in
             yield build(pending, opts.topic)
     finally:
         reader.close()
+
+
+def _mark(ts: int | None) -> str:
+    return "undefined" if ts is None else str(ts)
 
 
 # ---------------------------------------------------------------------------------------------- timeouts

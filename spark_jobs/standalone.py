@@ -12,6 +12,7 @@ A worker offers ``cores`` cores; give each application ``spark.cores.max`` so th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -99,10 +100,8 @@ def _kill(pid: int) -> None:
         except ProcessLookupError:
             return
         time.sleep(0.1)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def stop_cluster(cluster: Cluster) -> None:

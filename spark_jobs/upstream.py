@@ -67,9 +67,9 @@ from pyspark.sql.types import DateType, NumericType, TimestampNTZType, Timestamp
 
 from controlmsg.core.messages import MAX_TIMESTAMP, MIN_TIMESTAMP
 from controlmsg.errors import ControlMsgError, DeliveryError
-from controlmsg.kafka.admin import connection_settings, create_topic
+from controlmsg.kafka.admin import connection_settings, create_topic, wait_for_topic
 from controlmsg.kafka.writer import ControlWriter
-from spark_jobs.topics import wait_for_topic_no_create
+from spark_jobs.progress import Progress
 
 __all__ = [
     "FaultHook",
@@ -223,7 +223,7 @@ def write_intermediate(
     if partitions is not None:
         create_topic(base, topic, partitions, timeout=topic_timeout)
     else:
-        partitions = wait_for_topic_no_create(base, topic, topic_timeout)
+        partitions = wait_for_topic(base, topic, topic_timeout)
 
     producer_conf = {"transaction.timeout.ms": transaction_timeout_ms, **base}
     plan = _TaskPlan(
@@ -380,15 +380,8 @@ def _committed_marker(consumer: Consumer, topic: str, timeout: float) -> dict[st
 
 def _send_marker(writer: ControlWriter, consumer: Consumer, marker: dict[str, Any], timeout: float) -> None:
     """Add the commit marker to the writer's open transaction."""
-    # ControlWriter has no public way to add consumer offsets to its transaction yet; its producer is
-    # reached here and nowhere else.
-    producer = writer._producer
     position = TopicPartition(writer.topic, 0, int(marker["rows"]), metadata=orjson.dumps(marker).decode())
-    try:
-        producer.send_offsets_to_transaction([position], consumer.consumer_group_metadata(), timeout)
-    except KafkaException as exc:
-        raise DeliveryError(f"cannot add the commit marker to the transaction on {writer.topic!r}: "
-                            f"{exc.args[0]}") from exc
+    writer.send_offsets_to_transaction([position], consumer.consumer_group_metadata(), timeout)
 
 
 def _write_task(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -480,7 +473,10 @@ def _write_rows(
     max_t: int | None = None
     last_sent: int | None = None
     last_time = time.monotonic()
+    progress = Progress(f"writer {writer.topic} task {writer.task_name}")
     for batch in batches:
+        if progress.due():
+            progress.log(f"{rows} rows written, watermark {last_sent if last_sent is not None else 'none yet'}")
         n = batch.num_rows
         start = 0
         while start < n:

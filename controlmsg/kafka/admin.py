@@ -6,7 +6,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -58,25 +58,35 @@ def create_topic(
 
 
 def partition_count(config: Mapping[str, Any], topic: str, timeout: float = 10.0) -> int | None:
-    """The number of partitions of ``topic``, or ``None`` if it does not exist. Blocks up to ``timeout``."""
+    """The number of partitions of ``topic``, or ``None`` if it does not exist. Blocks up to ``timeout``.
+
+    Asks with DescribeTopics, which never creates a topic: a metadata request for one topic would make a
+    broker with ``auto.create.topics.enable=true`` (Kafka's default) create it with its default partition
+    count, so a reader planned before its upstream job would make a wrong topic.
+    """
+    return _describe(_admin(config), topic, timeout)
+
+
+def _describe(admin: AdminClient, topic: str, timeout: float) -> int | None:
+    # The caller keeps ``admin`` alive until the result is in: a collected client cancels its requests.
+    future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]
     try:
-        meta = _admin(config).list_topics(topic=topic, timeout=timeout)
+        return len(future.result().partitions)
     except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return None
         raise TopicError(f"cannot describe topic {topic!r}: {exc.args[0]}") from exc
-    tmeta = meta.topics.get(topic)
-    if tmeta is None or tmeta.error is not None or not tmeta.partitions:
-        return None
-    return len(tmeta.partitions)
 
 
-def wait_for_topic(config: Mapping[str, Any], topic: str, timeout: float = 30.0) -> int:
-    """Block until ``topic`` exists; return its partition count. Raises :class:`TopicError` on timeout."""
-    deadline = time.monotonic() + timeout
+def wait_for_topic(config: Mapping[str, Any], topic: str, timeout: float | None = 30.0) -> int:
+    """Block until ``topic`` exists (forever if ``timeout`` is ``None``); return its partition count.
+    Never creates it. Raises :class:`TopicError` on timeout or when it cannot be described."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    admin = _admin(config)
     while True:
-        remaining = deadline - time.monotonic()
-        count = partition_count(config, topic, timeout=max(1.0, min(remaining, 5.0)))
+        count = _describe(admin, topic, 10.0)
         if count is not None:
             return count
-        if remaining <= 0:
+        if deadline is not None and time.monotonic() >= deadline:
             raise TopicError(f"topic {topic!r} does not exist (waited {timeout:g} s)")
-        time.sleep(min(0.2, max(remaining, 0.0)))
+        time.sleep(0.2)

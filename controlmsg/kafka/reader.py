@@ -132,6 +132,9 @@ class ControlReader:
             "enable.auto.offset.store": False,
             "isolation.level": "read_committed",
             "auto.offset.reset": "earliest",
+            # librdkafka's default (1 s) stalls fetching whenever its local queue fills: measured 135k ->
+            # 370k records/s for a bare consume() loop on this project's benchmark machine.
+            "fetch.queue.backoff.ms": 10,
             **config,
         }
         self._consumer = Consumer(conf)

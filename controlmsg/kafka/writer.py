@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from controlmsg.core.codec import encode_control, encode_json, encode_user
 from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
@@ -186,6 +186,17 @@ class ControlWriter:
                 self._producer.abort_transaction(timeout)
             except KafkaException as exc:
                 raise DeliveryError(f"cannot end the transaction on topic {self.topic!r}: {exc.args[0]}") from exc
+
+    def send_offsets_to_transaction(self, offsets: list[TopicPartition], group_metadata: Any,
+                                    timeout: float = 60.0) -> None:
+        """Transactional writers: commit consumer ``offsets`` (of the group ``group_metadata`` describes)
+        atomically with this transaction, as in consume-transform-produce. Raises :class:`DeliveryError`."""
+        try:
+            self._producer.send_offsets_to_transaction(offsets, group_metadata, timeout)
+        except KafkaException as exc:
+            raise DeliveryError(
+                f"cannot add offsets to the transaction on topic {self.topic!r}: {exc.args[0]}"
+            ) from exc
 
     def abort(self, timeout: float = 60.0) -> None:
         """Transactional writers: abort what was sent since the last commit (readers never see it)."""

@@ -1,0 +1,131 @@
+"""The windowed-count pipeline on synthetic events, against the same aggregation as one Spark batch query.
+
+    python benchmarks/bench_pipeline.py [--events 1000000] [--master local[*]]
+
+Prints, from one run: the pipeline's end-to-end records/s (three Spark applications, two Kafka hops),
+each stage's records/s, the end-of-stream propagation time (ingest's last end of stream written -> the
+sink has its complete input), and the time of the equivalent single Spark batch query over the same file,
+as a ratio. Uses $KAFKA_BOOTSTRAP_SERVERS, else starts a local broker for the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def generate(path: Path, events: int, master: str) -> float:
+    """Write ``events`` synthetic events (skewed keys over 30 days, some nulls) as Parquet; return seconds."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.session import spark_session
+
+    spark = spark_session(master, "controlmsg-bench-generate")
+    started = time.monotonic()
+    df = spark.range(events, numPartitions=4).select(
+        F.concat(F.lit("user-"), (F.pow(F.rand(7), F.lit(3)) * 5000).cast("int").cast("string")).alias("user"),
+        (F.lit(1_764_547_200_000) + (F.rand(11) * 30 * 86_400_000).cast("long")).alias("event_time"),
+        F.when(F.rand(13) < 0.02, F.lit(None)).otherwise(F.round(F.rand(17) * 100, 2)).alias("amount"),
+        (F.rand(19) * 5 + 1).cast("int").alias("items"),
+    )
+    df.write.mode("overwrite").parquet(str(path))
+    seconds = time.monotonic() - started
+    spark.stop()
+    return seconds
+
+
+def batch_query(path: Path, master: str) -> tuple[float, int]:
+    """The oracle's single batch query over the same file, fully computed; returns (seconds, rows)."""
+    from spark_jobs.events import parse_duration, windowed_oracle
+    from spark_jobs.session import spark_session
+
+    spark = spark_session(master, "controlmsg-bench-batch")
+    started = time.monotonic()
+    out = windowed_oracle(spark, str(path), key="user", event_time="event_time", window_ms=parse_duration("1h"),
+                          sums=["amount", "items"])
+    rows = out.count()
+    seconds = time.monotonic() - started
+    spark.stop()
+    return seconds, rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--tasks", type=int, default=2)
+    args = parser.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+    work = Path(tempfile.mkdtemp(prefix="controlmsg-bench-"))
+    servers = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    broker_dir = None
+    if not servers:
+        from controlmsg.broker import start_broker
+
+        broker_dir = work / "broker"
+        servers = start_broker(port=free_port(), data_dir=broker_dir).bootstrap_servers
+    try:
+        data = work / "events.parquet"
+        gen = generate(data, args.events, args.master)
+        print(f"generated {args.events:,} events in {gen:.1f} s ({data})")
+
+        out = work / "hourly.parquet"
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "spark_jobs.pipeline", "windowed-count", "--input", str(data),
+             "--key", "user", "--event-time", "event_time", "--window", "1h", "--sum", "amount", "--sum", "items",
+             "--output", str(out), "--bootstrap-servers", servers, "--master", args.master,
+             "--partitions", str(args.partitions), "--tasks", str(args.tasks), "--run-dir", str(work / "run"),
+             "--timeout", "1800"],
+            capture_output=True, text=True, check=False,
+        )
+        pipeline_s = time.monotonic() - started
+        if done.returncode != 0:
+            print(done.stderr[-4000:], file=sys.stderr)
+            return 1
+        summary = orjson.loads((work / "run" / "pipeline.json").read_bytes())
+        jobs = summary["jobs"]
+        batch_s, batch_rows = batch_query(data, args.master)
+
+        ingest, window, sink = jobs["ingest"], jobs["window_aggregate"], jobs["sink"]
+        print()
+        print(f"{'measure':<44} {'value':>14}")
+        print(f"{'pipeline end to end (3 apps, 2 hops)':<44} {args.events / pipeline_s:>11,.0f} r/s"
+              f"  ({pipeline_s:.1f} s wall)")
+        print(f"{'  ingest: file -> topic (write only)':<44} {ingest['rows_out'] / ingest['write_seconds']:>11,.0f} r/s"
+              f"  ({ingest['write_seconds']:.1f} s of {ingest['seconds']:.1f} s)")
+        print(f"{'  window_aggregate: topic -> topic':<44} {window['rows_in'] / window['seconds']:>11,.0f} r/s"
+              f"  ({window['seconds']:.1f} s, input ended after {window['input_ended_seconds']:.1f} s)")
+        print(f"{'  sink: topic -> file':<44} {sink['rows_in'] / sink['seconds']:>11,.0f} r/s"
+              f"  ({sink['rows_in']:,} windows, {sink['seconds']:.1f} s)")
+        print(f"{'end of stream: last ingest EOS -> sink input':<44} {summary['eos_to_sink_seconds']:>13.1f} s")
+        print(f"{'single Spark batch query, same file':<44} {args.events / batch_s:>11,.0f} r/s  ({batch_s:.1f} s)")
+        print(f"{'ratio pipeline / batch (records/s)':<44} {batch_s / pipeline_s:>14.3f}")
+        assert batch_rows == sink["rows_out"], (batch_rows, sink["rows_out"])
+        print(f"\nboth produced {batch_rows:,} window rows; {os.cpu_count()} cores, master {args.master}")
+    finally:
+        if broker_dir is not None:
+            from controlmsg.broker import stop_broker
+
+            stop_broker(broker_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
