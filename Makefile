@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo demo-protocol test lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -12,7 +12,11 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-demo: setup  ## start the local broker (unless KAFKA_BOOTSTRAP_SERVERS is set) and run the main demo
+demo: setup  ## the backfill pipeline (3 Spark apps, 2 Kafka topics) on the shipped sample; starts the local broker
+	$(PY) -m spark_jobs.pipeline windowed-count --input examples/clicks.csv --key user --event-time event_time \
+		--window 1h --sum amount --sum items --null-value NA --output out/clicks_hourly.csv
+
+demo-protocol: setup  ## the protocol alone: 3 upstream tasks -> 4 partitions -> one consumer to end of stream
 	$(VENV)/bin/controlmsg demo
 
 test: setup  ## the whole test suite; starts its own broker unless KAFKA_BOOTSTRAP_SERVERS is set
@@ -24,6 +28,7 @@ lint: setup
 
 bench: setup
 	$(PY) benchmarks/bench_protocol.py
+	$(PY) benchmarks/bench_pipeline.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
