@@ -43,19 +43,11 @@ def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str
     rows = raw.count()
     ended_at = time.time()
     sums = [f"sum_{c}" for c in args.sum]
-    if rows:
-        results = json_records(spark, raw)
-        for col in sums:
-            if col not in results.columns:  # every value null: JSON has no member to infer from
-                results = results.withColumn(col, F.lit(None).cast("double"))
-        out = results.select(
-            "key", iso_utc(F.col("window_start")).alias("window_start"),
-            iso_utc(F.col("window_end")).alias("window_end"), "count", *sums,
-        ).orderBy("key", "window_start")
-    else:
-        schema = "key string, window_start string, window_end string, count long" + "".join(
-            f", {c} double" for c in sums)
-        out = spark.createDataFrame([], schema)
+    results = json_records(raw, {"key": "string", "window_start": "long", "window_end": "long", "count": "long"}, sums)
+    out = results.select(
+        "key", iso_utc(F.col("window_start")).alias("window_start"),
+        iso_utc(F.col("window_end")).alias("window_end"), "count", *sums,
+    ).orderBy("key", "window_start")
     write_table(out, args.output)
     raw.unpersist()
     log.info("wrote %d rows to %s", rows, args.output)
