@@ -28,7 +28,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def generate(path: Path, events: int, master: str) -> float:
+def generate(path: Path, events: int, master: str, keys: int) -> float:
     """Write ``events`` synthetic events (skewed keys over 30 days, some nulls) as Parquet; return seconds."""
     from pyspark.sql import functions as F
 
@@ -37,7 +37,7 @@ def generate(path: Path, events: int, master: str) -> float:
     spark = spark_session(master, "controlmsg-bench-generate")
     started = time.monotonic()
     df = spark.range(events, numPartitions=4).select(
-        F.concat(F.lit("user-"), (F.pow(F.rand(7), F.lit(3)) * 5000).cast("int").cast("string")).alias("user"),
+        F.concat(F.lit("user-"), (F.pow(F.rand(7), F.lit(3)) * keys).cast("int").cast("string")).alias("user"),
         (F.lit(1_764_547_200_000) + (F.rand(11) * 30 * 86_400_000).cast("long")).alias("event_time"),
         F.when(F.rand(13) < 0.02, F.lit(None)).otherwise(F.round(F.rand(17) * 100, 2)).alias("amount"),
         (F.rand(19) * 5 + 1).cast("int").alias("items"),
@@ -48,14 +48,14 @@ def generate(path: Path, events: int, master: str) -> float:
     return seconds
 
 
-def batch_query(path: Path, master: str) -> tuple[float, int]:
+def batch_query(path: Path, master: str, window: str) -> tuple[float, int]:
     """The oracle's single batch query over the same file, fully computed; returns (seconds, rows)."""
     from spark_jobs.events import parse_duration, windowed_oracle
     from spark_jobs.session import spark_session
 
     spark = spark_session(master, "controlmsg-bench-batch")
     started = time.monotonic()
-    out = windowed_oracle(spark, str(path), key="user", event_time="event_time", window_ms=parse_duration("1h"),
+    out = windowed_oracle(spark, str(path), key="user", event_time="event_time", window_ms=parse_duration(window),
                           sums=["amount", "items"])
     rows = out.count()
     seconds = time.monotonic() - started
@@ -69,6 +69,8 @@ def main() -> int:
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--tasks", type=int, default=2)
+    parser.add_argument("--keys", type=int, default=5000, help="distinct users (skewed)")
+    parser.add_argument("--window", default="1h")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
@@ -82,14 +84,15 @@ def main() -> int:
         servers = start_broker(port=free_port(), data_dir=broker_dir).bootstrap_servers
     try:
         data = work / "events.parquet"
-        gen = generate(data, args.events, args.master)
+        gen = generate(data, args.events, args.master, args.keys)
         print(f"generated {args.events:,} events in {gen:.1f} s ({data})")
 
         out = work / "hourly.parquet"
         started = time.monotonic()
         done = subprocess.run(
             [sys.executable, "-m", "spark_jobs.pipeline", "windowed-count", "--input", str(data),
-             "--key", "user", "--event-time", "event_time", "--window", "1h", "--sum", "amount", "--sum", "items",
+             "--key", "user", "--event-time", "event_time", "--window", args.window,
+             "--sum", "amount", "--sum", "items",
              "--output", str(out), "--bootstrap-servers", servers, "--master", args.master,
              "--partitions", str(args.partitions), "--tasks", str(args.tasks), "--run-dir", str(work / "run"),
              "--timeout", "1800"],
@@ -101,7 +104,7 @@ def main() -> int:
             return 1
         summary = orjson.loads((work / "run" / "pipeline.json").read_bytes())
         jobs = summary["jobs"]
-        batch_s, batch_rows = batch_query(data, args.master)
+        batch_s, batch_rows = batch_query(data, args.master, args.window)
 
         ingest, window, sink = jobs["ingest"], jobs["window_aggregate"], jobs["sink"]
         print()
@@ -118,7 +121,8 @@ def main() -> int:
         print(f"{'single Spark batch query, same file':<44} {args.events / batch_s:>11,.0f} r/s  ({batch_s:.1f} s)")
         print(f"{'ratio pipeline / batch (records/s)':<44} {batch_s / pipeline_s:>14.3f}")
         assert batch_rows == sink["rows_out"], (batch_rows, sink["rows_out"])
-        print(f"\nboth produced {batch_rows:,} window rows; {os.cpu_count()} cores, master {args.master}")
+        print(f"\nboth produced {batch_rows:,} window rows ({args.window} windows, {args.keys} skewed keys, 30 days); "
+              f"{os.cpu_count()} cores, master {args.master}")
     finally:
         if broker_dir is not None:
             from controlmsg.broker import stop_broker

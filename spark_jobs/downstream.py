@@ -11,7 +11,10 @@ Options (case-insensitive):
 ``topic`` (required), ``runId`` (required: the run to follow; every task must follow the same run, so
 it is not guessed), ``bootstrapServers`` (or ``kafka.bootstrap.servers``), ``kafka.<setting>`` (any
 librdkafka consumer setting), ``timeout`` (seconds; default none), ``partitionsPerTask`` (default 1),
-``batchRows`` (rows per Arrow batch, default 10000).
+``batchRows`` (rows per Arrow batch, default 10000), ``maxTasks`` (at most this many read tasks: partitions
+are grouped so that every task can run at once; :func:`read_intermediate` passes Spark's default
+parallelism, because a task that waits for end of stream holds its core, and a second wave of tasks
+would start reading only after the first had ended).
 
 **Waiting.** A reader started before its upstream job waits: planning (the Spark action, not ``load()``)
 waits for the topic to exist, without ever creating it, and each task waits for end of stream on its
@@ -104,6 +107,7 @@ class _ReadOptions:
     timeout: float | None
     partitions_per_task: int
     batch_rows: int
+    max_tasks: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> _ReadOptions:
@@ -126,7 +130,11 @@ class _ReadOptions:
         batch_rows = int(opts.get("batchrows", "10000"))
         if per_task < 1 or batch_rows < 1:
             raise ValueError("partitionsPerTask and batchRows must be at least 1")
-        return cls(need("topic"), need("runId"), tuple(sorted(config.items())), timeout, per_task, batch_rows)
+        max_tasks = int(opts["maxtasks"]) if opts.get("maxtasks") else None
+        if max_tasks is not None and max_tasks < 1:
+            raise ValueError("maxTasks must be at least 1")
+        return cls(need("topic"), need("runId"), tuple(sorted(config.items())), timeout, per_task, batch_rows,
+                    max_tasks)
 
 
 class ControlMsgDataSource(DataSource):
@@ -153,6 +161,8 @@ class _BatchReader(DataSourceReader):
         opts = self.opts
         count = wait_for_topic(dict(opts.config), opts.topic, opts.timeout)
         step = opts.partitions_per_task
+        if opts.max_tasks is not None:
+            step = max(step, -(-count // opts.max_tasks))
         return [TopicPartitions(range(p, min(p + step, count))) for p in range(0, count, step)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -367,6 +377,7 @@ def read_intermediate(
     schema: str | StructType | None = None,
     timeout: float | None = None,
     partitions_per_task: int = 1,
+    max_tasks: int | None = None,
     kafka_config: Mapping[str, str] | None = None,
 ) -> DataFrame:
     """The user records of run ``run_id`` of ``topic`` as a DataFrame, read to end of stream.
@@ -384,6 +395,7 @@ def read_intermediate(
         .option("bootstrapServers", bootstrap_servers)
         .option("runId", run_id)
         .option("partitionsPerTask", str(partitions_per_task))
+        .option("maxTasks", str(max_tasks or spark.sparkContext.defaultParallelism))
     )
     if timeout is not None:
         reader = reader.option("timeout", str(timeout))
