@@ -23,6 +23,7 @@ from controlmsg.core.messages import (
     MessageType,
     WatermarkMessage,
 )
+from controlmsg.core.windows import LateRecord, TumblingWindows, WindowResult
 
 __all__ = [
     "MAX_TIMESTAMP",
@@ -33,12 +34,15 @@ __all__ = [
     "EndOfStreamMessage",
     "Event",
     "InputTracker",
+    "LateRecord",
     "MessageType",
     "PartitionEnded",
     "PartitionStatus",
     "StreamEnded",
+    "TumblingWindows",
     "WatermarkAdvanced",
     "WatermarkMessage",
+    "WindowResult",
     "decode",
     "decode_json_payload",
     "encode_control",
