@@ -1,0 +1,149 @@
+"""``python -m spark_jobs.generate``: realistic raw click events into a Kafka source topic, at a rate.
+
+The source topic of a streaming pipeline holds raw events, not envelopes: one JSON object per record with
+the fields a file input has (``user``, ``event_time`` ISO-8601 UTC, ``amount``, ``items``), keyed by
+user. Event time follows the wall clock (times ``--speedup``) from ``--start``; each event is out of
+order by up to ``--disorder``, and a ``--late-fraction`` of events is ``--late-by`` older than the clock,
+so a pipeline with a smaller allowed lateness sees them as late. Users are skewed (a few are busy).
+
+It ends its stream after ``--events`` events (or ``--duration`` seconds), flushes, and prints the topic's
+end offsets as JSON, so a bounded streaming run (``--until-source-end``) knows where the input ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+__all__ = ["GeneratorConfig", "generate", "main"]
+
+
+@dataclass(frozen=True)
+class GeneratorConfig:
+    events: int | None = 10_000
+    duration_s: float | None = None
+    rate: float = 5_000.0
+    keys: int = 100
+    disorder_ms: int = 5_000
+    late_fraction: float = 0.0
+    late_by_ms: int = 600_000
+    start_ms: int | None = None
+    speedup: float = 1.0
+    seed: int = 1
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def generate(config: dict[str, Any], topic: str, cfg: GeneratorConfig) -> dict[int, int]:
+    """Write the events; block until delivered; return the topic's end offsets per partition.
+    Raises ``RuntimeError`` if records were not delivered."""
+    if cfg.events is None and cfg.duration_s is None:
+        raise ValueError("give events or duration_s, or the stream never ends")
+    rng = random.Random(cfg.seed)
+    producer = Producer({"linger.ms": 5, **config})
+    failed: list[str] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    started = time.monotonic()
+    clock0 = cfg.start_ms if cfg.start_ms is not None else int(time.time() * 1000)
+    sent = 0
+    while (cfg.events is None or sent < cfg.events) and (
+        cfg.duration_s is None or time.monotonic() - started < cfg.duration_s
+    ):
+        # Pace: never ahead of rate x elapsed time.
+        due = int((time.monotonic() - started) * cfg.rate) + 1
+        batch = min(due - sent, 1000) if cfg.events is None else min(due - sent, 1000, cfg.events - sent)
+        if batch <= 0:
+            time.sleep(min(0.01, 1 / cfg.rate))
+            continue
+        for _ in range(batch):
+            clock = clock0 + int(sent / cfg.rate * 1000 * cfg.speedup)
+            if rng.random() < cfg.late_fraction:
+                event_time = clock - cfg.late_by_ms
+            else:
+                event_time = clock - rng.randint(0, cfg.disorder_ms)
+            user = f"user-{min(int(rng.paretovariate(1.1)) - 1, cfg.keys - 1):04d}"
+            value = {"user": user, "event_time": _iso(event_time), "amount": round(rng.uniform(1, 100), 2),
+                     "items": rng.randint(1, 5)}
+            while True:
+                try:
+                    producer.produce(topic, orjson.dumps(value), user.encode(), on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            sent += 1
+        producer.poll(0)
+    left = producer.flush(60)
+    if failed or left:
+        raise RuntimeError(f"{len(failed) + left} event(s) to {topic!r} not delivered: {failed[:3]}")
+    return end_offsets(config, topic)
+
+
+def end_offsets(config: dict[str, Any], topic: str) -> dict[int, int]:
+    """The current end offset (high watermark) of every partition of ``topic``."""
+    consumer = Consumer({"group.id": "controlmsg-generate", "enable.auto.commit": False, **config})
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in sorted(meta.partitions)}
+    finally:
+        consumer.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from controlmsg.kafka.admin import create_topic, partition_count
+    from spark_jobs.events import parse_duration
+
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.generate", description=__doc__.split("\n")[0])
+    p.add_argument("--topic", required=True)
+    p.add_argument("--bootstrap-servers", help="HOST:PORT (default: $KAFKA_BOOTSTRAP_SERVERS or the local broker)")
+    p.add_argument("--partitions", type=int, default=4, help="create the topic with this many if missing")
+    p.add_argument("--events", type=int, help="end the stream after this many events (default 10000)")
+    p.add_argument("--duration", type=float, help="end the stream after this many seconds")
+    p.add_argument("--rate", type=float, default=5000.0, help="events per second")
+    p.add_argument("--keys", type=int, default=100, help="distinct users")
+    p.add_argument("--disorder", default="5s", help="events are out of order by up to this")
+    p.add_argument("--late-fraction", type=float, default=0.0, help="share of events that are late")
+    p.add_argument("--late-by", default="10m", help="how much older than the clock a late event is")
+    p.add_argument("--start", help="event time of the first event, ISO-8601 (default: now)")
+    p.add_argument("--speedup", type=float, default=1.0, help="event time runs this much faster than wall time")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    if args.bootstrap_servers:
+        servers = args.bootstrap_servers
+    else:
+        from controlmsg.broker import resolve_bootstrap_servers
+
+        servers = resolve_bootstrap_servers()
+    config = {"bootstrap.servers": servers}
+    if partition_count(config, args.topic) is None:
+        create_topic(config, args.topic, args.partitions)
+    start_ms = None
+    if args.start:
+        start_ms = int(datetime.fromisoformat(args.start.replace("Z", "+00:00")).timestamp() * 1000)
+    events = args.events if args.events is not None or args.duration is not None else 10_000
+    cfg = GeneratorConfig(events=events, duration_s=args.duration, rate=args.rate, keys=args.keys,
+                          disorder_ms=parse_duration(args.disorder), late_fraction=args.late_fraction,
+                          late_by_ms=parse_duration(args.late_by), start_ms=start_ms, speedup=args.speedup,
+                          seed=args.seed)
+    ends = generate(config, args.topic, cfg)
+    print(orjson.dumps({"topic": args.topic, "endOffsets": {str(k): v for k, v in ends.items()}}).decode())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
