@@ -1,0 +1,191 @@
+"""The body of one streaming ingest task: raw source partitions -> the intermediate topic, exactly once.
+
+A first slice of the streaming pipeline (see docs/STREAMING.md); it runs as plain Python here and is
+meant to run inside a long-running Spark task later. One task owns some partitions of the raw source
+topic (JSON objects with the fields a file input has) and is one upstream task of the intermediate topic:
+
+* each source record becomes ``{"key", "event_ms", <carried fields>}`` keyed by the key field; a record
+  with a null key or an unparseable event time goes to the rejects topic with the reason and its source
+  partition and offset in headers (never dropped), in the same transaction;
+* every ``watermark_interval_s`` it writes its watermark (largest event time read minus the allowed
+  lateness, only when that rose) and commits ONE Kafka transaction holding the records written since the
+  last commit, that watermark, and the source offsets (``send_offsets_to_transaction`` to the task's
+  consumer group, with the largest event time and last watermark in the offset metadata). A restart
+  resumes from the committed offsets and state: nothing twice, nothing lost, the watermark never goes back;
+* with ``until`` (end offsets taken at start: ``--until-source-end``), it writes its end of stream once
+  its source partitions reach them, commits and returns.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, cast
+
+import orjson
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from controlmsg.errors import ReadError
+from controlmsg.kafka.writer import ControlWriter
+
+__all__ = ["IngestSummary", "parse_event_time", "run_ingest_task"]
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_DIGITS: Final = re.compile(r"^-?\d+$")
+
+
+def parse_event_time(value: Any) -> int | None:
+    """Event time in epoch ms, by the same rules as the batch ingest: an integer of epoch ms (number or
+    string of digits), an ISO-8601 string with a zone, or ``YYYY-MM-DD HH:MM:SS`` taken as UTC. ``None``
+    when it cannot be parsed."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if _DIGITS.match(text):
+        return int(text)
+    if len(text) < 19 or text[4] != "-" or text[10] not in " T":
+        return None
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return (parsed - _EPOCH) // timedelta(milliseconds=1)
+
+
+@dataclass(frozen=True)
+class IngestSummary:
+    records: int
+    rejects: int
+    watermark: int | None
+    ended: bool
+    commits: int
+
+
+def _group(output_topic: str, run_id: str, task_index: int) -> str:
+    return f"controlmsg-ingest-{output_topic}-{run_id}-{task_index}"
+
+
+def run_ingest_task(
+    config: Mapping[str, Any],
+    *,
+    source_topic: str,
+    source_partitions: Sequence[int],
+    output_topic: str,
+    rejects_topic: str,
+    run_id: str,
+    task_index: int,
+    task_count: int,
+    key_field: str,
+    event_time_field: str,
+    carry: Sequence[str] = (),
+    allowed_lateness_ms: int = 0,
+    watermark_interval_s: float = 1.0,
+    until: Mapping[int, int] | None = None,
+    stop: Callable[[int], bool] | None = None,
+) -> IngestSummary:
+    """Run the task until its source partitions reach ``until`` (then end its stream) or
+    ``stop(records_written_so_far)`` is true (then commit and return without ending). Blocks. Raises
+    ReadError/DeliveryError on Kafka errors; an uncommitted transaction is then aborted by the next start
+    of the same task (same transactional id).
+    """
+    group = _group(output_topic, run_id, task_index)
+    consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    writer = ControlWriter({**config, "transactional.id": group}, output_topic,
+                           task_name=f"ingest-{run_id}-s{task_index}", task_count=task_count, run_id=run_id)
+    try:
+        committed = consumer.committed([TopicPartition(source_topic, p) for p in source_partitions], timeout=30)
+        positions: dict[int, int] = {}
+        max_event: int | None = None
+        last_mark: int | None = None
+        for tp in committed:
+            positions[tp.partition] = tp.offset if tp.offset >= 0 else 0
+            if tp.metadata:
+                state = orjson.loads(tp.metadata)
+                if state.get("maxEvent") is not None:
+                    max_event = state["maxEvent"] if max_event is None else max(max_event, state["maxEvent"])
+                if state.get("lastMark") is not None:
+                    last_mark = state["lastMark"] if last_mark is None else max(last_mark, state["lastMark"])
+        consumer.assign([TopicPartition(source_topic, p, o) for p, o in positions.items()])
+        records = rejected = commits = 0
+        next_commit = time.monotonic() + watermark_interval_s
+        ended = False
+        while True:
+            done = until is not None and all(positions[p] >= until.get(p, 0) for p in positions)
+            stopping = done or (stop is not None and stop(records))
+            msgs = [] if stopping else cast(list[Any], consumer.consume(1000, 0.1))
+            for msg in msgs:
+                if msg.error() is not None:
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise ReadError(f"reading {source_topic!r} partition {msg.partition()}: {msg.error()}")
+                p, off = msg.partition(), msg.offset()
+                if until is not None and off >= until.get(p, 0):
+                    continue  # beyond the end taken at start: not this run's input
+                positions[p] = off + 1
+                reason, out = _convert(msg.value(), key_field, event_time_field, carry)
+                if out is None:
+                    writer.produce_to(rejects_topic, msg.value() or b"", msg.key(), headers=[
+                        ("controlmsg-reject-reason", reason.encode()), ("controlmsg-source-partition", str(p).encode()),
+                        ("controlmsg-source-offset", str(off).encode())])
+                    rejected += 1
+                    continue
+                event_ms = out["event_ms"]
+                max_event = event_ms if max_event is None else max(max_event, event_ms)
+                writer.send(out, out["key"])
+                records += 1
+            if stopping or time.monotonic() >= next_commit:
+                if max_event is not None:
+                    mark = max_event - allowed_lateness_ms
+                    if last_mark is None or mark > last_mark:
+                        writer.send_watermark(mark)
+                        last_mark = mark
+                if done:
+                    writer.send_end_of_stream()
+                    ended = True
+                meta = orjson.dumps({"maxEvent": max_event, "lastMark": last_mark}).decode()
+                writer.send_offsets_to_transaction(
+                    [TopicPartition(source_topic, p, o, metadata=meta) for p, o in positions.items()],
+                    consumer.consumer_group_metadata())
+                writer.commit()
+                commits += 1
+                next_commit = time.monotonic() + watermark_interval_s
+                if stopping:
+                    writer.close()
+                    return IngestSummary(records, rejected, last_mark, ended, commits)
+    except KafkaException as exc:
+        raise ReadError(f"ingest task {task_index} of {source_topic!r}: {exc.args[0]}") from exc
+    finally:
+        consumer.close()
+
+
+def _convert(value: bytes | None, key_field: str, event_time_field: str,
+             carry: Sequence[str]) -> tuple[str, dict[str, Any] | None]:
+    try:
+        doc = orjson.loads(value or b"")
+    except orjson.JSONDecodeError as exc:
+        return f"not JSON: {exc}", None
+    if not isinstance(doc, dict):
+        return "not a JSON object", None
+    key = doc.get(key_field)
+    if key is None:
+        return "null key", None
+    event_ms = parse_event_time(doc.get(event_time_field))
+    if event_ms is None:
+        return f"unparseable event time: {doc.get(event_time_field)!r}", None
+    out = {"key": str(key), "event_ms": event_ms}
+    fields = carry or [k for k in doc if k not in (key_field, event_time_field)]
+    for name in fields:
+        out[name] = doc.get(name)
+    return "", out

@@ -1,0 +1,117 @@
+"""The streaming ingest task (raw source -> intermediate topic) on a real broker: every good record once,
+rejects kept, its own watermarks and end of stream, and a stop/restart in the middle that loses and
+duplicates nothing (one transaction holds records, watermark and source offsets)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from controlmsg.core.bookkeeping import StreamEnded
+from controlmsg.core.codec import decode, decode_json_payload
+from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
+from controlmsg.kafka import ControlReader, DataRecord
+from spark_jobs.generate import GeneratorConfig, generate
+from spark_jobs.ingest_task import parse_event_time, run_ingest_task
+
+
+def test_parse_event_time_rules() -> None:
+    assert parse_event_time("2026-01-01T00:00:01Z") == 1_767_225_601_000
+    assert parse_event_time("2026-01-01T02:00:01+02:00") == 1_767_225_601_000
+    assert parse_event_time("2026-01-01 00:00:01") == 1_767_225_601_000
+    assert parse_event_time(1_767_225_601_000) == parse_event_time("1767225601000") == 1_767_225_601_000
+    assert parse_event_time("yesterday") is None and parse_event_time(None) is None and parse_event_time(True) is None
+    assert parse_event_time(1.5) is None
+
+
+def source_with_rejects(kafka_config: dict[str, Any], new_topic: Callable[..., str]) -> tuple[str, dict[int, int]]:
+    source = new_topic(4, prefix="source")
+    generate(kafka_config, source, GeneratorConfig(events=3000, rate=1e6, keys=30, start_ms=1_767_225_600_000,
+                                                   speedup=100.0, seed=9))
+    p = Producer(kafka_config)
+    for i, bad in enumerate([b'{"user": null, "event_time": "2026-01-01T00:00:00Z"}',
+                             b'{"user": "u", "event_time": "whenever"}', b"not json"]):
+        p.produce(source, bad, b"bad", partition=i)
+    p.flush(30)
+    consumer = Consumer({**kafka_config, "group.id": "x"})
+    ends = {q: consumer.get_watermark_offsets(TopicPartition(source, q), timeout=10)[1] for q in range(4)}
+    consumer.close()
+    return source, ends
+
+
+def run_two_tasks(kafka_config: dict[str, Any], source: str, out: str, rejects: str, ends: dict[int, int],
+                  stop: Callable[[int], bool] | None = None) -> list[Any]:
+    results: list[Any] = [None, None]
+
+    def task(i: int) -> None:
+        results[i] = run_ingest_task(
+            kafka_config, source_topic=source, source_partitions=[2 * i, 2 * i + 1], output_topic=out,
+            rejects_topic=rejects, run_id="r", task_index=i, task_count=2, key_field="user",
+            event_time_field="event_time", allowed_lateness_ms=1000, watermark_interval_s=0.2, until=ends, stop=stop)
+
+    threads = [threading.Thread(target=task, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return results
+
+
+def read_output(kafka_config: dict[str, Any], out: str) -> list[Any]:
+    with ControlReader(kafka_config, out, run_id="r") as reader:
+        items = list(reader.read_until_end(timeout=60))
+    assert isinstance(items[-1], StreamEnded)
+    return [decode_json_payload(i.payload) for i in items if isinstance(i, DataRecord)]
+
+
+def task_watermarks(kafka_config: dict[str, Any], out: str, tasks: int = 2) -> dict[str, list[int]]:
+    """Every committed watermark each task wrote to partition 0, in order, up to their ends of stream."""
+    consumer = Consumer({**kafka_config, "group.id": "w", "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(out, 0, 0)])
+    marks: dict[str, list[int]] = {}
+    ended: set[str] = set()
+    deadline = time.monotonic() + 30
+    while len(ended) < tasks:
+        assert time.monotonic() < deadline, f"ends of stream seen: {ended}"
+        for m in consumer.consume(1000, 0.5):
+            if m.error() is None:
+                msg = decode(m.value())
+                if isinstance(msg, WatermarkMessage):
+                    marks.setdefault(msg.task_name, []).append(msg.timestamp)
+                elif isinstance(msg, EndOfStreamMessage):
+                    ended.add(msg.task_name)
+    consumer.close()
+    return marks
+
+
+def test_ingest_tasks_end_by_themselves(kafka_config: dict[str, Any], new_topic: Callable[..., str]) -> None:
+    source, ends = source_with_rejects(kafka_config, new_topic)
+    out, rejects = new_topic(3, prefix="events"), new_topic(1, prefix="rejects")
+    summaries = run_two_tasks(kafka_config, source, out, rejects, ends)
+    assert all(s.ended for s in summaries)
+    assert sum(s.records for s in summaries) == 3000 and sum(s.rejects for s in summaries) == 3
+    values = read_output(kafka_config, out)
+    assert len(values) == 3000 and {"key", "event_ms", "amount", "items"} <= set(values[0])
+    for marks in task_watermarks(kafka_config, out).values():
+        assert marks == sorted(set(marks))
+
+
+def test_stop_and_restart_loses_and_duplicates_nothing(kafka_config: dict[str, Any],
+                                                      new_topic: Callable[..., str]) -> None:
+    source, ends = source_with_rejects(kafka_config, new_topic)
+    out, rejects = new_topic(3, prefix="events"), new_topic(1, prefix="rejects")
+    first = run_two_tasks(kafka_config, source, out, rejects, ends, stop=lambda records: records >= 100)
+    assert not all(s.ended for s in first)
+    assert 0 < sum(s.records for s in first) < 3000
+    second = run_two_tasks(kafka_config, source, out, rejects, ends)
+    assert all(s.ended for s in second)
+    values = read_output(kafka_config, out)
+    got = sorted(orjson.dumps(v, option=orjson.OPT_SORT_KEYS) for v in values)
+    assert len(got) == 3000 and len(set(got)) == len(got)  # every record once across the restart
+    for marks in task_watermarks(kafka_config, out).values():
+        assert marks == sorted(set(marks))  # never back, even across the restart
