@@ -1,10 +1,10 @@
 """``python -m spark_jobs.generate``: realistic raw click events into a Kafka source topic, at a rate.
 
 The source topic of a streaming pipeline holds raw events, not envelopes: one JSON object per record with
-the fields a file input has (``user``, ``event_time`` ISO-8601 UTC, ``amount``, ``items``), keyed by
-user. Event time follows the wall clock (times ``--speedup``) from ``--start``; each event is out of
-order by up to ``--disorder``, and a ``--late-fraction`` of events is ``--late-by`` older than the clock,
-so a pipeline with a smaller allowed lateness sees them as late. Users are skewed (a few are busy).
+the fields a file input has (``id``, unique per seed; ``user``; ``event_time`` ISO-8601 UTC; ``amount``;
+``items``), keyed by user. Event time follows the wall clock (times ``--speedup``) from ``--start``;
+each event is out of order by up to ``--disorder``, and a ``--late-fraction`` of events is ``--late-by``
+older than the clock, so a pipeline with a smaller allowed lateness sees them as late. Users are skewed.
 
 It ends its stream after ``--events`` events (or ``--duration`` seconds), flushes, and prints the topic's
 end offsets as JSON, so a bounded streaming run (``--until-source-end``) knows where the input ends.
@@ -77,8 +77,8 @@ def generate(config: dict[str, Any], topic: str, cfg: GeneratorConfig) -> dict[i
             else:
                 event_time = clock - rng.randint(0, cfg.disorder_ms)
             user = f"user-{min(int(rng.paretovariate(1.1)) - 1, cfg.keys - 1):04d}"
-            value = {"user": user, "event_time": _iso(event_time), "amount": round(rng.uniform(1, 100), 2),
-                     "items": rng.randint(1, 5)}
+            value = {"id": f"{cfg.seed}-{sent}", "user": user, "event_time": _iso(event_time),
+                     "amount": round(rng.uniform(1, 100), 2), "items": rng.randint(1, 5)}
             while True:
                 try:
                     producer.produce(topic, orjson.dumps(value), user.encode(), on_delivery=on_delivery)

@@ -40,7 +40,8 @@ def test_events_disorder_and_late_share(kafka_config: dict[str, Any], new_topic:
     msgs = read_all(kafka_config, topic, ends)
     assert len(msgs) == 4000
     values = [orjson.loads(m.value()) for m in msgs]
-    assert set(values[0]) == {"user", "event_time", "amount", "items"}
+    assert set(values[0]) == {"id", "user", "event_time", "amount", "items"}
+    assert len({v["id"] for v in values}) == 4000
     assert all(m.key().decode() == v["user"] for m, v in zip(msgs, values, strict=True))
     assert len({v["user"] for v in values}) <= 20
     # Per partition the records are in send order; compare each event with the newest seen before it.
