@@ -1,0 +1,89 @@
+"""``python -m spark_jobs.stream_ingest``: an unbounded raw source topic -> an intermediate topic.
+
+Its own Spark application: ``--tasks K`` long-running Spark tasks, each owning some partitions of the raw
+source topic (JSON objects with the fields a file input has) and each one upstream task of the
+intermediate topic. See ``spark_jobs.ingest_task`` for what a task does (exactly once per commit
+interval: records, rejects, its watermark and its source offsets in one transaction). With
+``--until-source-end`` the end offsets of the source at start are the end of the input: every task writes
+its end of stream when it gets there, and the job ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from spark_jobs.common import add_common_options, job_logger, run_job
+from spark_jobs.events import parse_duration
+
+__all__ = ["build_parser", "main", "run"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.stream_ingest", description=__doc__.split("\n")[0])
+    p.add_argument("--source-topic", required=True, help="raw events, one JSON object per record")
+    p.add_argument("--topic", required=True, help="the intermediate topic to write")
+    p.add_argument("--key", required=True)
+    p.add_argument("--event-time", required=True)
+    p.add_argument("--carry", action="append", default=[], help="a field to carry (repeatable; default: all)")
+    p.add_argument("--partitions", type=int, default=4, help="intermediate topic partitions (created if missing)")
+    p.add_argument("--tasks", type=int, default=2, help="upstream tasks (at most the source's partitions)")
+    p.add_argument("--allowed-lateness", default="0s")
+    p.add_argument("--watermark-interval", default="1s", help="watermark and commit interval")
+    p.add_argument("--until-source-end", action="store_true",
+                   help="end the stream at the source's end offsets taken at start")
+    p.add_argument("--rejects-topic", help="default: <topic>-rejects")
+    add_common_options(p)
+    return p
+
+
+def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str, Any]:
+    """The job's work in an existing Spark session; returns its summary."""
+    from controlmsg.kafka.admin import create_topic, wait_for_topic
+    from spark_jobs.generate import end_offsets
+    from spark_jobs.ingest_task import run_ingest_task
+    from spark_jobs.streaming import run_long_running_tasks
+
+    log = job_logger("stream_ingest")
+    config = {"bootstrap.servers": servers}
+    source_partitions = wait_for_topic(config, args.source_topic, args.timeout)
+    if not 1 <= args.tasks <= source_partitions:
+        raise ValueError(f"--tasks must be between 1 and the source's {source_partitions} partitions")
+    create_topic(config, args.topic, args.partitions)
+    rejects_topic = args.rejects_topic or f"{args.topic}-rejects"
+    create_topic(config, rejects_topic, 1)
+    until = end_offsets(config, args.source_topic) if args.until_source_end else None
+    owned = [list(range(i, source_partitions, args.tasks)) for i in range(args.tasks)]
+    lateness = parse_duration(args.allowed_lateness) if args.allowed_lateness.strip() not in ("0", "0s") else 0
+    interval = parse_duration(args.watermark_interval) / 1000
+    log.info("%d tasks over %d source partitions -> %s (%s)", args.tasks, source_partitions, args.topic,
+             f"until offsets {until}" if until is not None else "unbounded")
+    source, topic, run_id, key, event_time = args.source_topic, args.topic, args.run_id, args.key, args.event_time
+    carry, tasks = tuple(args.carry), args.tasks
+
+    def body(i: int) -> dict[str, Any]:
+        summary = run_ingest_task(
+            config, source_topic=source, source_partitions=owned[i], output_topic=topic,
+            rejects_topic=rejects_topic, run_id=run_id, task_index=i, task_count=tasks, key_field=key,
+            event_time_field=event_time, carry=carry, allowed_lateness_ms=lateness, watermark_interval_s=interval,
+            until=until)
+        return asdict(summary)
+
+    summaries = run_long_running_tasks(spark, tasks, body)
+    records = sum(s["records"] for s in summaries)
+    rejected = sum(s["rejects"] for s in summaries)
+    log.info("%d records written, %d rejected (in %s)", records, rejected, rejects_topic)
+    return {"rows_in": records + rejected, "rows_out": records, "rejects": rejected, "tasks": summaries}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_job("stream_ingest", build_parser(), run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
