@@ -29,14 +29,23 @@ from spark_jobs.common import topic_names
 __all__ = ["main"]
 
 _JOBS = ("ingest", "window_aggregate", "sink")
-_OWN_LINE = re.compile(rb"^\d\d:\d\d:\d\d (ingest|window_aggregate|sink|reader|writer)\b")
+_STREAMING_JOBS = ("stream_ingest", "stream_window", "sink")
+_OWN_LINE = re.compile(rb"^\d\d:\d\d:\d\d (ingest|window_aggregate|sink|stream_ingest|stream_window|reader|writer)\b")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m spark_jobs.pipeline", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="pipeline", required=True)
     p = sub.add_parser("windowed-count", help="count (and sum) per key and tumbling event-time window")
-    p.add_argument("--input", required=True, help="CSV, JSON lines or Parquet file (by extension)")
+    p.add_argument("--input", help="CSV, JSON lines or Parquet file (by extension); the bounded pipeline")
+    p.add_argument("--streaming", action="store_true",
+                   help="read --source-topic with long-running streaming jobs; windows are emitted as soon as "
+                        "the reconciled watermark passes their end")
+    p.add_argument("--source-topic", help="with --streaming: raw events, one JSON object per record")
+    p.add_argument("--until-source-end", action="store_true",
+                   help="with --streaming: the source's end offsets at start end the input; the chain then stops")
+    p.add_argument("--watermark-interval", default="1s", help="with --streaming: watermark and commit interval")
+    p.add_argument("--allowed-lateness", default="0s", help="watermark = event-time progress minus this")
     p.add_argument("--key", required=True)
     p.add_argument("--event-time", required=True)
     p.add_argument("--window", required=True, help="e.g. 15m, 1h, 1d")
@@ -50,8 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-id", help="pipeline run id (generated when absent)")
     p.add_argument("--master", default="local[*]", help="Spark master for every job (default local[*])")
     p.add_argument("--timeout", type=float, default=600.0, help="fail if the pipeline has not ended after SECONDS")
-    p.add_argument("--start-order", default="sink,window_aggregate,ingest",
-                   help="the order the jobs are started in (comma-separated)")
+    p.add_argument("--start-order", default="sink,window,ingest",
+                   help="the order the jobs (ingest, window, sink) are started in (comma-separated)")
     p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark setting for every job (repeatable)")
     p.add_argument("--run-dir", help="logs and summaries (default: .controlmsg/runs/<run id>)")
@@ -87,15 +96,27 @@ def _job_args(job: str, args: argparse.Namespace, servers: str, run_id: str, run
     for setting in args.spark_conf:
         common += ["--spark-conf", setting]
     sums = [x for col in args.sum for x in ("--sum", col)]
+    carry = [x for c in args.sum for x in ("--carry", c)]
     if job == "ingest":
         extra = ["--input", args.input, "--key", args.key, "--event-time", args.event_time, "--topic", events,
                  "--partitions", str(args.partitions), "--tasks", str(args.tasks),
-                 "--rejects", f"{args.output}.rejects.jsonl", *[x for c in args.sum for x in ("--carry", c)]]
+                 "--allowed-lateness", args.allowed_lateness,
+                 "--rejects", f"{args.output}.rejects.jsonl", *carry]
         if args.null_value is not None:
             extra += ["--null-value", args.null_value]
+    elif job == "stream_ingest":
+        extra = ["--source-topic", args.source_topic, "--key", args.key, "--event-time", args.event_time,
+                 "--topic", events, "--partitions", str(args.partitions), "--tasks", str(args.tasks),
+                 "--allowed-lateness", args.allowed_lateness, "--watermark-interval", args.watermark_interval, *carry]
+        if args.until_source_end:
+            extra.append("--until-source-end")
     elif job == "window_aggregate":
         extra = ["--input-topic", events, "--output-topic", windows, "--window", args.window,
                  "--partitions", str(args.partitions), "--tasks", str(args.tasks), *sums]
+    elif job == "stream_window":
+        extra = ["--input-topic", events, "--output-topic", windows, "--window", args.window,
+                 "--partitions", str(args.partitions), "--tasks", str(args.tasks),
+                 "--commit-interval", args.watermark_interval, *sums]
     else:
         extra = ["--input-topic", windows, "--output", args.output, *sums]
     return [sys.executable, "-m", f"spark_jobs.{job}", *extra, *common]
@@ -106,9 +127,17 @@ def run_windowed_count(args: argparse.Namespace) -> int:
     from spark_jobs.events import parse_duration
 
     parse_duration(args.window)  # fail fast on a bad duration
-    order = [j.strip() for j in args.start_order.split(",")]
-    if sorted(order) != sorted(_JOBS):
-        print(f"--start-order must name each of {', '.join(_JOBS)} once", file=sys.stderr)
+    jobs = _STREAMING_JOBS if args.streaming else _JOBS
+    if args.streaming != (args.source_topic is not None) or args.streaming == (args.input is not None):
+        print("give --input FILE (bounded), or --streaming --source-topic TOPIC", file=sys.stderr)
+        return 2
+    roles = dict(zip(("ingest", "window", "sink"), jobs, strict=True))
+    try:
+        order = [roles[j.strip()] for j in args.start_order.split(",")]
+    except KeyError:
+        order = []
+    if sorted(order) != sorted(jobs):
+        print("--start-order must name each of ingest, window, sink once", file=sys.stderr)
         return 2
     run_id = args.run_id or uuid.uuid4().hex[:10]
     servers = _resolve_servers(args.bootstrap_servers)
@@ -117,7 +146,7 @@ def run_windowed_count(args: argparse.Namespace) -> int:
     conf = {"bootstrap.servers": servers}
     for topic in topic_names(run_id):
         create_topic(conf, topic, args.partitions)
-    print(f"run {run_id}: {args.input} -> {', '.join(topic_names(run_id))} -> {args.output}; "
+    print(f"run {run_id}: {args.input or args.source_topic} -> {', '.join(topic_names(run_id))} -> {args.output}; "
           f"logs in {run_dir}", file=sys.stderr)
 
     started = time.monotonic()
@@ -170,14 +199,17 @@ def run_windowed_count(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             print("\n".join("  " + line for line in tail), file=sys.stderr)
         return 1
-    summaries: dict[str, Any] = {job: orjson.loads((run_dir / f"{job}.json").read_bytes()) for job in _JOBS}
-    ingest, window, sink = summaries["ingest"], summaries["window_aggregate"], summaries["sink"]
+    summaries: dict[str, Any] = {job: orjson.loads((run_dir / f"{job}.json").read_bytes()) for job in jobs}
+    ingest, window, sink = (summaries[job] for job in jobs)
     eos_to_sink = sink["input_ended_at"] - ingest["finished_at"]
     print(f"rows in: {ingest['rows_in']}  rejects: {ingest['rejects']}"
-          + (f" (in {ingest['rejects_path']})" if ingest["rejects"] else "")
-          + f"  events: {ingest['rows_out']}  windows: {window['rows_out']}  rows out: {sink['rows_out']}"
+          + (f" (in {ingest['rejects_path']})" if ingest.get("rejects_path") else "")
+          + f"  events: {ingest['rows_out']}  windows: {sink['rows_in']}  rows out: {sink['rows_out']}"
           f" -> {args.output}")
-    print("wall time: " + ", ".join(f"{job} {ended[job]:.1f} s" for job in _JOBS)
+    if args.streaming:
+        late = sum(t["late"] for t in window["tasks"])
+        print(f"late records (behind the watermark, in {topic_names(run_id)[1]}-late): {late}")
+    print("wall time: " + ", ".join(f"{job} {ended[job]:.1f} s" for job in jobs)
           + f"; pipeline {time.monotonic() - started:.1f} s")
     print(f"end of stream reached the sink {eos_to_sink:.1f} s after ingest's last end of stream was written")
     (run_dir / "pipeline.json").write_bytes(orjson.dumps(

@@ -1,0 +1,83 @@
+"""``python -m spark_jobs.stream_window``: intermediate topic -> tumbling windows emitted as soon as the
+reconciled watermark passes their end -> the next intermediate topic.
+
+Its own Spark application: ``--tasks K`` long-running Spark tasks, each owning a group of the input
+topic's partitions and each one upstream task of the output topic (see ``spark_jobs.window_task``):
+window results, its own watermarks and finally its end of stream go out in transactions together with
+a state snapshot (input offsets, bookkeeping, open windows) in a compacted state topic, so a restart
+resumes exactly where the last commit left it. Records behind the watermark go to the late topic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from spark_jobs.common import add_common_options, job_logger, run_job
+from spark_jobs.events import parse_duration
+
+__all__ = ["build_parser", "main", "run"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.stream_window", description=__doc__.split("\n")[0])
+    p.add_argument("--input-topic", required=True)
+    p.add_argument("--output-topic", required=True)
+    p.add_argument("--window", required=True, help="tumbling window length, e.g. 15m")
+    p.add_argument("--sum", action="append", default=[], help="a column to sum (repeatable)")
+    p.add_argument("--partitions", type=int, default=4, help="output topic partitions (created if missing)")
+    p.add_argument("--tasks", type=int, default=2, help="window tasks (at most the input's partitions)")
+    p.add_argument("--commit-interval", default="1s", help="how often results and state are committed")
+    p.add_argument("--late-topic", help="default: <output-topic>-late")
+    p.add_argument("--state-topic", help="default: <output-topic>-state (compacted)")
+    add_common_options(p)
+    return p
+
+
+def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str, Any]:
+    """The job's work in an existing Spark session; returns its summary."""
+    from controlmsg.kafka.admin import create_topic, wait_for_topic
+    from spark_jobs.streaming import run_long_running_tasks
+    from spark_jobs.window_task import run_window_task
+
+    log = job_logger("stream_window")
+    config = {"bootstrap.servers": servers}
+    inputs = wait_for_topic(config, args.input_topic, args.timeout)
+    if not 1 <= args.tasks <= inputs:
+        raise ValueError(f"--tasks must be between 1 and the input's {inputs} partitions")
+    create_topic(config, args.output_topic, args.partitions)
+    late_topic = args.late_topic or f"{args.output_topic}-late"
+    state_topic = args.state_topic or f"{args.output_topic}-state"
+    create_topic(config, late_topic, 1)
+    create_topic(config, state_topic, 1, topic_config={"cleanup.policy": "compact"})
+    owned = [list(range(i, inputs, args.tasks)) for i in range(args.tasks)]
+    window_ms = parse_duration(args.window)
+    interval = parse_duration(args.commit_interval) / 1000
+    log.info("%d window tasks over %d partitions of %s -> %s", args.tasks, inputs, args.input_topic,
+             args.output_topic)
+    input_topic, output_topic, run_id, sums, tasks = (args.input_topic, args.output_topic, args.run_id,
+                                                      tuple(args.sum), args.tasks)
+
+    def body(i: int) -> dict[str, Any]:
+        summary = run_window_task(
+            config, input_topic=input_topic, partitions=owned[i], run_id=run_id, output_topic=output_topic,
+            late_topic=late_topic, state_topic=state_topic, task_index=i, task_count=tasks, window_ms=window_ms,
+            sums=sums, commit_interval_s=interval)
+        return asdict(summary)
+
+    summaries = run_long_running_tasks(spark, tasks, body)
+    log.info("tasks ended: %s", summaries)
+    return {"tasks": summaries}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_job("stream_window", build_parser(), run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
