@@ -1,17 +1,18 @@
 """The body of one streaming ingest task: raw source partitions -> the intermediate topic, exactly once.
 
-A first slice of the streaming pipeline (see docs/STREAMING.md); it runs as plain Python here and is
-meant to run inside a long-running Spark task later. One task owns some partitions of the raw source
+The streaming pipeline's ingest (see docs/STREAMING.md); it runs as plain Python, and inside a
+long-running Spark task in `spark_jobs.stream_ingest`. One task owns some partitions of the raw source
 topic (JSON objects with the fields a file input has) and is one upstream task of the intermediate topic:
 
 * each source record becomes ``{"key", "event_ms", <carried fields>}`` keyed by the key field; a record
   with a null key or an unparseable event time goes to the rejects topic with the reason and its source
   partition and offset in headers (never dropped), in the same transaction;
-* every ``watermark_interval_s`` it writes its watermark (largest event time read minus the allowed
-  lateness, only when that rose) and commits ONE Kafka transaction holding the records written since the
-  last commit, that watermark, and the source offsets (``send_offsets_to_transaction`` to the task's
-  consumer group, with the largest event time and last watermark in the offset metadata). A restart
-  resumes from the committed offsets and state: nothing twice, nothing lost, the watermark never goes back;
+* every ``watermark_interval_s`` it writes its watermark (the minimum over its source partitions of the
+  largest event time read from each, minus the allowed lateness; only when that rose) and commits ONE
+  Kafka transaction holding the records written since the last commit, that watermark, and the source
+  offsets (``send_offsets_to_transaction`` to the task's consumer group, with each partition's largest
+  event time and the last watermark in the offset metadata). A restart resumes from the committed
+  offsets and state: nothing twice, nothing lost, the watermark never goes back;
 * with ``until`` (end offsets taken at start: ``--until-source-end``), it writes its end of stream once
   its source partitions reach them, commits and returns.
 """
@@ -107,14 +108,14 @@ def run_ingest_task(
     try:
         committed = consumer.committed([TopicPartition(source_topic, p) for p in source_partitions], timeout=30)
         positions: dict[int, int] = {}
-        max_event: int | None = None
+        max_event: dict[int, int] = {}  # per source partition: the largest event time read from it
         last_mark: int | None = None
         for tp in committed:
             positions[tp.partition] = tp.offset if tp.offset >= 0 else 0
             if tp.metadata:
                 state = orjson.loads(tp.metadata)
                 if state.get("maxEvent") is not None:
-                    max_event = state["maxEvent"] if max_event is None else max(max_event, state["maxEvent"])
+                    max_event[tp.partition] = state["maxEvent"]
                 if state.get("lastMark") is not None:
                     last_mark = state["lastMark"] if last_mark is None else max(last_mark, state["lastMark"])
         consumer.assign([TopicPartition(source_topic, p, o) for p, o in positions.items()])
@@ -142,22 +143,26 @@ def run_ingest_task(
                     rejected += 1
                     continue
                 event_ms = out["event_ms"]
-                max_event = event_ms if max_event is None else max(max_event, event_ms)
+                if event_ms > max_event.get(p, event_ms - 1):
+                    max_event[p] = event_ms
                 writer.send(out, out["key"])
                 records += 1
             if stopping or time.monotonic() >= next_commit:
-                if max_event is not None:
-                    mark = max_event - allowed_lateness_ms
+                progress = _task_progress(positions, max_event, until)
+                if progress is not None:
+                    mark = progress - allowed_lateness_ms
                     if last_mark is None or mark > last_mark:
                         writer.send_watermark(mark)
                         last_mark = mark
                 if done:
                     writer.send_end_of_stream()
                     ended = True
-                meta = orjson.dumps({"maxEvent": max_event, "lastMark": last_mark}).decode()
-                writer.send_offsets_to_transaction(
-                    [TopicPartition(source_topic, p, o, metadata=meta) for p, o in positions.items()],
-                    consumer.consumer_group_metadata())
+                offsets = [
+                    TopicPartition(source_topic, q, o, metadata=orjson.dumps(
+                        {"maxEvent": max_event.get(q), "lastMark": last_mark}).decode())
+                    for q, o in positions.items()
+                ]
+                writer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata())
                 writer.commit()
                 commits += 1
                 next_commit = time.monotonic() + watermark_interval_s
@@ -168,6 +173,23 @@ def run_ingest_task(
         raise ReadError(f"ingest task {task_index} of {source_topic!r}: {exc.args[0]}") from exc
     finally:
         consumer.close()
+
+
+def _task_progress(positions: Mapping[int, int], max_event: Mapping[int, int],
+                   until: Mapping[int, int] | None) -> int | None:
+    """The event time this task has passed: the minimum over its source partitions of the largest event
+    time read from each, since one partition may be read far ahead of another. A partition that reached
+    its end (``until``) no longer holds it back; one that has yielded nothing yet keeps it undefined."""
+    marks = []
+    for p, pos in positions.items():
+        if until is not None and pos >= until.get(p, 0):
+            continue
+        if p not in max_event:
+            return None
+        marks.append(max_event[p])
+    if marks:
+        return min(marks)
+    return max(max_event.values(), default=None)
 
 
 def _convert(value: bytes | None, key_field: str, event_time_field: str,
