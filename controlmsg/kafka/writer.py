@@ -133,18 +133,20 @@ class ControlWriter:
         """Send one user message whose payload is already serialized by the user's serde."""
         self._produce(encode_user(payload), key, partition, self._data_headers)
 
-    def produce_to(self, topic: str, value: bytes, key: bytes | str | None = None,
+    def produce_to(self, topic: str, value: bytes, key: bytes | str | None = None, partition: int = -1,
                    headers: list[tuple[str, str | bytes | None]] | None = None) -> None:
         """Write a raw record (no envelope) to another ``topic`` through this writer's producer, so that
         side outputs (rejects, late records, state snapshots) commit in the same transaction as the
-        stream. Delivery errors surface like the stream's own."""
-        try:
-            self._producer.produce(topic, value, key, headers=headers)
-        except BufferError:
-            self._producer.poll(0.5)
-            self._producer.produce(topic, value, key, headers=headers)
-        except KafkaException as exc:
-            raise DeliveryError(f"cannot produce to topic {topic!r}: {exc.args[0]}") from exc
+        stream. ``partition`` -1 lets the partitioner choose. Delivery errors surface like the stream's own."""
+        producer = self._producer
+        while True:
+            try:
+                producer.produce(topic, value, key, partition, headers=headers)
+                return
+            except BufferError:
+                producer.poll(0.05)
+            except KafkaException as exc:
+                raise DeliveryError(f"cannot produce to topic {topic!r}: {exc.args[0]}") from exc
 
     # ------------------------------------------------------------------ control messages
 

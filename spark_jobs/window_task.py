@@ -1,0 +1,394 @@
+"""The body of one long-running streaming window task (docs/STREAMING.md, first slice). Plain Python: it
+will later run inside a Spark task, but needs no Spark.
+
+:func:`run_window_task` owns ``partitions`` of ``input_topic`` and loops:
+
+1. ``ControlReader.poll()``: user records (JSON ``{"key", "event_ms", ...}``) go into a
+   :class:`~controlmsg.core.windows.TumblingWindows`; a record whose window the reconciled watermark has
+   already closed goes to ``late_topic`` instead (plain JSON, not an envelope: the record's fields plus
+   ``watermark``, ``window_start`` and ``reason``; its origin in ``controlmsg-late-*`` headers).
+2. On every ``WatermarkAdvanced(ts)``: the windows it closes are written to ``output_topic`` as
+   ``{"key", "window_start", "window_end", "count", "sum_<c>"...}`` keyed by the window key, then the
+   task's own watermark ``ts`` goes to every output partition.
+3. Every ``commit_interval_s``: one Kafka transaction commits the output and late records written since
+   the last commit together with a **state record** (input offsets, the reader's bookkeeping snapshot, the
+   window snapshot, the output watermark, counters) keyed ``f"{run_id}/{task_index}"`` in the compacted
+   ``state_topic``. A restart resumes from the latest committed state record; whatever an interrupted
+   task wrote after its last commit is aborted (or fenced by the next task's ``init_transactions``), so
+   nothing is written twice and the output watermark never goes back.
+4. At end of stream: close every window, write the results and the task's end of stream, commit the final
+   state, return a :class:`TaskSummary`.
+
+The state record of task ``i`` goes to partition ``i mod N`` of the state topic (``N`` its partition
+count), so a restarting task reads one partition only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from controlmsg.core.bookkeeping import StreamEnded, WatermarkAdvanced
+from controlmsg.core.codec import decode_json_payload
+from controlmsg.core.windows import LateRecord, TumblingWindows, WindowResult
+from controlmsg.errors import CheckpointError, ReadError
+from controlmsg.kafka.admin import connection_settings, wait_for_topic
+from controlmsg.kafka.checkpoint import Checkpoint, FileCheckpointStore
+from controlmsg.kafka.reader import ControlReader, DataRecord
+from controlmsg.kafka.writer import ControlWriter
+
+__all__ = [
+    "HEADER_LATE_OFFSET",
+    "HEADER_LATE_PARTITION",
+    "HEADER_LATE_REASON",
+    "HEADER_LATE_TOPIC",
+    "LATE_REASON",
+    "STATE_FORMAT",
+    "TaskSummary",
+    "read_task_state",
+    "run_window_task",
+    "state_key",
+]
+
+STATE_FORMAT: Final = 1
+LATE_REASON: Final = "behind the watermark"
+HEADER_LATE_REASON: Final = "controlmsg-late-reason"
+HEADER_LATE_TOPIC: Final = "controlmsg-late-topic"
+HEADER_LATE_PARTITION: Final = "controlmsg-late-partition"
+HEADER_LATE_OFFSET: Final = "controlmsg-late-offset"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSummary:
+    """What a window task did, counted over the whole run (across restarts: the counters are part of the
+    committed state). ``ended``: the task reached end of stream (else it was stopped or timed out).
+    ``watermark``: the last watermark the task wrote to its output (``None``: none yet). ``resumed``:
+    this call started from a committed state record."""
+
+    records: int
+    late: int
+    windows_emitted: int
+    watermark: int | None
+    ended: bool
+    resumed: bool
+    commits: int
+
+
+def state_key(run_id: str, task_index: int) -> str:
+    """The key of task ``task_index``'s state record in the state topic."""
+    return f"{run_id}/{task_index}"
+
+
+def read_task_state(config: Mapping[str, Any], state_topic: str, run_id: str, task_index: int,
+                    timeout: float = 30.0) -> dict[str, Any] | None:
+    """The latest committed state record of the task (``None``: none), read with ``read_committed`` from
+    the beginning of its state partition up to the end offset taken at the start.
+
+    Call it after the task's transactional producer has been initialised: ``init_transactions`` aborts
+    what a previous instance of the task left open, which could otherwise hold the last stable offset
+    back. Raises :class:`ReadError` when the end is not reached within ``timeout`` seconds (another task's
+    transaction held open longer than that) or Kafka reports an error.
+    """
+    count = wait_for_topic(config, state_topic, timeout)
+    partition = task_index % count
+    wanted = state_key(run_id, task_index).encode()
+    consumer = Consumer({
+        **connection_settings(config),
+        "group.id": f"controlmsg-window-state-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": True,
+    })
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(state_topic, partition), timeout=timeout)
+        if high <= low:
+            return None
+        consumer.assign([TopicPartition(state_topic, partition, OFFSET_BEGINNING)])
+        latest: bytes | None = None
+        deadline = time.monotonic() + timeout
+        while True:
+            if time.monotonic() >= deadline:
+                raise ReadError(
+                    f"state topic {state_topic!r} partition {partition}: end offset {high} not reached within "
+                    f"{timeout:g} s (an open transaction holds the last stable offset back?)"
+                )
+            msgs: list[Any] = consumer.consume(500, 0.5)
+            at_end = False
+            for msg in msgs:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        at_end = msg.offset() >= high
+                        continue
+                    raise ReadError(f"reading state topic {state_topic!r} failed: {err.str()}")
+                if msg.key() == wanted:
+                    latest = msg.value()  # a tombstone (None) deletes the state
+                if msg.offset() + 1 >= high:
+                    at_end = True
+            if at_end:
+                break
+    except KafkaException as exc:
+        raise ReadError(f"reading state topic {state_topic!r} failed: {exc.args[0]}") from exc
+    finally:
+        consumer.close()
+    if latest is None:
+        return None
+    try:
+        state = orjson.loads(latest)
+    except orjson.JSONDecodeError as exc:
+        raise CheckpointError(f"state record {wanted.decode()!r} in {state_topic!r} is not JSON: {exc}") from exc
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        raise CheckpointError(f"state record {wanted.decode()!r} in {state_topic!r} has an unknown format")
+    return state
+
+
+def _result_value(r: WindowResult) -> dict[str, Any]:
+    value: dict[str, Any] = {"key": r.key, "window_start": r.start, "window_end": r.end, "count": r.count}
+    for field, total in r.sums:
+        value[f"sum_{field}"] = total
+    return value
+
+
+class _Task:
+    """The state of one running window task; :func:`run_window_task` drives it."""
+
+    def __init__(self, config: Mapping[str, Any], *, input_topic: str, partitions: list[int], run_id: str,
+                 output_topic: str, late_topic: str, state_topic: str, task_index: int, task_count: int,
+                 window_ms: int, sums: Sequence[str]) -> None:
+        self.input_topic = input_topic
+        self.partitions = sorted(partitions)
+        self.run_id = run_id
+        self.late_topic = late_topic
+        self.state_topic = state_topic
+        self.task_index = task_index
+        self.key = state_key(run_id, task_index)
+        self.records = 0
+        self.windows_emitted = 0
+        self.commits = 0
+        self.output_watermark: int | None = None
+        # The writer first: init_transactions fences a previous instance of this task and aborts its open
+        # transaction, so the state read next is the last one that really committed.
+        self.writer = ControlWriter(
+            {**config, "transactional.id": f"window-{output_topic}-{run_id}-{task_index}"},
+            output_topic,
+            task_name=f"window-{run_id}-p{task_index}",
+            task_count=task_count,
+            run_id=run_id,
+        )
+        try:
+            self.state_partition = task_index % wait_for_topic(config, state_topic)
+            state = read_task_state(config, state_topic, run_id, task_index)
+            self.resumed = state is not None
+            if state is None:
+                self.windows = TumblingWindows(window_ms, sums)
+                self.reader = ControlReader(config, input_topic, partitions=self.partitions, run_id=run_id)
+            else:
+                self.windows = self._restore(state, window_ms, sums)
+                self.reader = self._resumed_reader(config, state)
+            self.committed_positions = self.reader.positions
+        except BaseException:
+            self._abandon()
+            raise
+
+    # ------------------------------------------------------------------ restore
+
+    def _restore(self, state: Mapping[str, Any], window_ms: int, sums: Sequence[str]) -> TumblingWindows:
+        if state.get("inputTopic") != self.input_topic or state.get("partitions") != self.partitions:
+            raise CheckpointError(
+                f"state {self.key!r} is for topic {state.get('inputTopic')!r} partitions {state.get('partitions')}, "
+                f"not topic {self.input_topic!r} partitions {self.partitions}: the partition grouping is part of "
+                "the checkpoint"
+            )
+        windows = TumblingWindows.restore(state["windows"], size_ms=window_ms, sum_fields=sums)
+        counters = state.get("counters", {})
+        self.records = int(counters.get("records", 0))
+        self.windows_emitted = int(counters.get("windowsEmitted", 0))
+        self.commits = int(counters.get("commits", 0))
+        wm = state.get("emitted_watermark")
+        self.output_watermark = None if wm is None else int(wm)
+        return windows
+
+    def _resumed_reader(self, config: Mapping[str, Any], state: Mapping[str, Any]) -> ControlReader:
+        # ControlReader resumes only from a FileCheckpointStore: the restored checkpoint goes through a
+        # temporary file (see the report: ControlReader should take an in-memory Checkpoint).
+        checkpoint = Checkpoint(
+            self.input_topic,
+            {int(p): int(o) for p, o in state["offsets"].items()},
+            dict(state["bookkeeping"]),
+        )
+        with tempfile.TemporaryDirectory(prefix="controlmsg-window-") as tmp:
+            store = FileCheckpointStore(Path(tmp) / "checkpoint.json")
+            store.save(checkpoint)
+            return ControlReader(config, self.input_topic, partitions=self.partitions, run_id=self.run_id,
+                                 checkpoint=store)
+
+    # ------------------------------------------------------------------ writing
+
+    def emit(self, results: list[WindowResult]) -> None:
+        for r in results:
+            self.writer.send(_result_value(r), key=r.key)
+        self.windows_emitted += len(results)
+
+    def on_record(self, record: DataRecord) -> None:
+        value = decode_json_payload(record.payload)
+        if not isinstance(value, dict):
+            raise ValueError(
+                f"{self.input_topic} partition {record.partition} offset {record.offset}: a record must be a JSON "
+                f"object with key and event_ms, got {value!r:.80}"
+            )
+        try:
+            late = self.windows.add(value["key"], value["event_ms"], value)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f"{self.input_topic} partition {record.partition} offset {record.offset}: bad record: {exc!r}"
+            ) from exc
+        self.records += 1
+        if late is not None:
+            self._send_late(record, value, late)
+
+    def _send_late(self, record: DataRecord, value: dict[str, Any], late: LateRecord) -> None:
+        body = {**value, "watermark": late.watermark, "window_start": late.window_start, "reason": LATE_REASON}
+        headers: list[tuple[str, str | bytes | None]] = [
+            (HEADER_LATE_REASON, LATE_REASON.encode()),
+            (HEADER_LATE_TOPIC, self.input_topic.encode()),
+            (HEADER_LATE_PARTITION, str(record.partition).encode()),
+            (HEADER_LATE_OFFSET, str(record.offset).encode()),
+        ]
+        self.writer.produce_to(self.late_topic, orjson.dumps(body), record.key, -1, headers)
+
+    def on_watermark(self, ts: int) -> None:
+        self.emit(self.windows.advance(ts))
+        if self.output_watermark is None or ts > self.output_watermark:
+            self.writer.send_watermark(ts)
+            self.output_watermark = ts
+
+    def commit(self) -> None:
+        """Add the state record to the open transaction and commit it with everything written since."""
+        state = {
+            "format": STATE_FORMAT,
+            "inputTopic": self.input_topic,
+            "partitions": self.partitions,
+            "offsets": {str(p): o for p, o in sorted(self.reader.positions.items())},
+            "bookkeeping": self.reader.tracker.snapshot(),
+            "windows": self.windows.snapshot(),
+            "emitted_watermark": self.output_watermark,
+            "counters": {"records": self.records, "windowsEmitted": self.windows_emitted,
+                         "commits": self.commits + 1},
+        }
+        self.writer.produce_to(self.state_topic, orjson.dumps(state), self.key, self.state_partition)
+        self.writer.commit()
+        self.commits += 1
+        self.committed_positions = self.reader.positions
+
+    @property
+    def dirty(self) -> bool:
+        """True when input was read since the last commit (else a commit would only repeat the state)."""
+        return self.reader.positions != self.committed_positions
+
+    def summary(self) -> TaskSummary:
+        return TaskSummary(
+            records=self.records,
+            late=self.windows.late_count,
+            windows_emitted=self.windows_emitted,
+            watermark=self.output_watermark,
+            ended=self.reader.tracker.is_ended,
+            resumed=self.resumed,
+            commits=self.commits,
+        )
+
+    # ------------------------------------------------------------------ ending
+
+    def close(self) -> None:
+        """After a final commit: end the (empty) open transaction and leave the input."""
+        try:
+            self.writer.close()
+        finally:
+            self.reader.close()
+
+    def _abandon(self) -> None:
+        """On failure: abort what was written since the last commit (best effort: a crashed task's open
+        transaction is aborted by the next instance's init_transactions anyway)."""
+        with contextlib.suppress(Exception):  # best effort: the original error is what matters
+            self.writer.abort(10.0)
+        reader = getattr(self, "reader", None)
+        if reader is not None:
+            reader.close()
+
+    def abandon(self) -> None:
+        self._abandon()
+
+
+def run_window_task(
+    config: Mapping[str, Any],
+    *,
+    input_topic: str,
+    partitions: list[int],
+    run_id: str,
+    output_topic: str,
+    late_topic: str,
+    state_topic: str,
+    task_index: int,
+    task_count: int,
+    window_ms: int,
+    sums: Sequence[str],
+    commit_interval_s: float = 1.0,
+    stop: Callable[[], bool] | None = None,
+    timeout_s: float | None = None,
+) -> TaskSummary:
+    """Run window task ``task_index`` of ``task_count`` over ``partitions`` of ``input_topic`` until end of
+    stream, ``stop()`` returns true, or ``timeout_s`` passes (the last two commit the state first).
+
+    Resumes from the task's latest committed state record in ``state_topic`` when there is one. ``config``:
+    librdkafka settings for the reader and the writer (``bootstrap.servers`` at least; the writer adds its
+    ``transactional.id``). ``sums``: the fields summed per window. A failure aborts the open transaction and
+    raises; a restart then resumes at the last commit.
+    """
+    task = _Task(config, input_topic=input_topic, partitions=partitions, run_id=run_id, output_topic=output_topic,
+                 late_topic=late_topic, state_topic=state_topic, task_index=task_index, task_count=task_count,
+                 window_ms=window_ms, sums=sums)
+    try:
+        if task.reader.tracker.is_ended:  # the final state was committed: end of stream is already written
+            summary = task.summary()
+            task.close()
+            return summary
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        next_commit = time.monotonic() + commit_interval_s
+        while True:
+            if (stop is not None and stop()) or (deadline is not None and time.monotonic() >= deadline):
+                if task.dirty:
+                    task.commit()
+                break
+            items = task.reader.poll(max(0.0, min(0.1, next_commit - time.monotonic())))
+            ended = False
+            for item in items:
+                if isinstance(item, DataRecord):
+                    task.on_record(item)
+                elif isinstance(item, WatermarkAdvanced):
+                    task.on_watermark(item.timestamp)
+                elif isinstance(item, StreamEnded):
+                    ended = True
+            if ended:
+                task.emit(task.windows.close_all())
+                task.writer.send_end_of_stream()
+                task.commit()
+                break
+            if time.monotonic() >= next_commit:
+                if task.dirty:
+                    task.commit()
+                next_commit = time.monotonic() + commit_interval_s
+    except BaseException:
+        task.abandon()
+        raise
+    summary = task.summary()
+    task.close()
+    return summary
