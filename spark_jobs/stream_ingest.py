@@ -44,24 +44,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary."""
-    from controlmsg.kafka.admin import create_topic, wait_for_topic
+    from controlmsg.kafka.admin import create_topic
     from spark_jobs.generate import end_offsets
     from spark_jobs.ingest_task import run_ingest_task
-    from spark_jobs.streaming import run_long_running_tasks
+    from spark_jobs.streaming import partition_groups, run_long_running_tasks
 
     log = job_logger("stream_ingest")
     config = {"bootstrap.servers": servers}
-    source_partitions = wait_for_topic(config, args.source_topic, args.timeout)
-    if not 1 <= args.tasks <= source_partitions:
-        raise ValueError(f"--tasks must be between 1 and the source's {source_partitions} partitions")
+    owned = partition_groups(config, args.source_topic, args.tasks, args.timeout)
     create_topic(config, args.topic, args.partitions)
     rejects_topic = args.rejects_topic or f"{args.topic}-rejects"
     create_topic(config, rejects_topic, 1)
     until = end_offsets(config, args.source_topic) if args.until_source_end else None
-    owned = [list(range(i, source_partitions, args.tasks)) for i in range(args.tasks)]
     lateness = parse_duration(args.allowed_lateness) if args.allowed_lateness.strip() not in ("0", "0s") else 0
     interval = parse_duration(args.watermark_interval) / 1000
-    log.info("%d tasks over %d source partitions -> %s (%s)", args.tasks, source_partitions, args.topic,
+    log.info("%d tasks over source partitions %s -> %s (%s)", args.tasks, owned, args.topic,
              f"until offsets {until}" if until is not None else "unbounded")
     source, topic, run_id, key, event_time = args.source_topic, args.topic, args.run_id, args.key, args.event_time
     carry, tasks = tuple(args.carry), args.tasks

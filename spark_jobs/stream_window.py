@@ -41,24 +41,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary."""
-    from controlmsg.kafka.admin import create_topic, wait_for_topic
-    from spark_jobs.streaming import run_long_running_tasks
+    from controlmsg.kafka.admin import create_topic
+    from spark_jobs.streaming import partition_groups, run_long_running_tasks
     from spark_jobs.window_task import run_window_task
 
     log = job_logger("stream_window")
     config = {"bootstrap.servers": servers}
-    inputs = wait_for_topic(config, args.input_topic, args.timeout)
-    if not 1 <= args.tasks <= inputs:
-        raise ValueError(f"--tasks must be between 1 and the input's {inputs} partitions")
+    owned = partition_groups(config, args.input_topic, args.tasks, args.timeout)
     create_topic(config, args.output_topic, args.partitions)
     late_topic = args.late_topic or f"{args.output_topic}-late"
     state_topic = args.state_topic or f"{args.output_topic}-state"
     create_topic(config, late_topic, 1)
     create_topic(config, state_topic, 1, topic_config={"cleanup.policy": "compact"})
-    owned = [list(range(i, inputs, args.tasks)) for i in range(args.tasks)]
     window_ms = parse_duration(args.window)
     interval = parse_duration(args.commit_interval) / 1000
-    log.info("%d window tasks over %d partitions of %s -> %s", args.tasks, inputs, args.input_topic,
+    log.info("%d window tasks over partitions %s of %s -> %s", args.tasks, owned, args.input_topic,
              args.output_topic)
     input_topic, output_topic, run_id, sums, tasks = (args.input_topic, args.output_topic, args.run_id,
                                                       tuple(args.sum), args.tasks)

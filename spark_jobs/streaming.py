@@ -13,7 +13,19 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-__all__ = ["run_long_running_tasks"]
+__all__ = ["partition_groups", "run_long_running_tasks"]
+
+
+def partition_groups(config: dict[str, Any], topic: str, tasks: int, timeout: float | None) -> list[list[int]]:
+    """Wait for ``topic`` and deal its partitions to ``tasks`` tasks round-robin (task ``i`` gets
+    ``i, i + tasks, ...``). Raises ``ValueError`` unless ``1 <= tasks <= partitions``: a task without a
+    partition would have nothing to advance its watermark with."""
+    from controlmsg.kafka.admin import wait_for_topic
+
+    partitions = wait_for_topic(config, topic, timeout)
+    if not 1 <= tasks <= partitions:
+        raise ValueError(f"tasks must be between 1 and the {partitions} partitions of {topic!r}, got {tasks}")
+    return [list(range(i, partitions, tasks)) for i in range(tasks)]
 
 
 def run_long_running_tasks(spark: SparkSession, n: int, body: Callable[[int], dict[str, Any]]) -> list[dict[str, Any]]:
