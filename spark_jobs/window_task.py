@@ -40,7 +40,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from controlmsg.core.bookkeeping import StreamEnded, WatermarkAdvanced
 from controlmsg.core.codec import decode_json_payload
 from controlmsg.core.windows import LateRecord, TumblingWindows, WindowResult
-from controlmsg.errors import CheckpointError, ReadError
+from controlmsg.errors import CheckpointError, DecodeError, ReadError
 from controlmsg.kafka.admin import connection_settings, wait_for_topic
 from controlmsg.kafka.checkpoint import Checkpoint, FileCheckpointStore
 from controlmsg.kafka.reader import ControlReader, DataRecord
@@ -76,6 +76,7 @@ class TaskSummary:
 
     records: int
     late: int
+    rejected: int
     windows_emitted: int
     watermark: int | None
     ended: bool
@@ -173,6 +174,7 @@ class _Task:
         self.task_index = task_index
         self.key = state_key(run_id, task_index)
         self.records = 0
+        self.rejected = 0
         self.windows_emitted = 0
         self.commits = 0
         self.output_watermark: int | None = None
@@ -212,6 +214,7 @@ class _Task:
         windows = TumblingWindows.restore(state["windows"], size_ms=window_ms, sum_fields=sums)
         counters = state.get("counters", {})
         self.records = int(counters.get("records", 0))
+        self.rejected = int(counters.get("rejected", 0))
         self.windows_emitted = int(counters.get("windowsEmitted", 0))
         self.commits = int(counters.get("commits", 0))
         wm = state.get("emitted_watermark")
@@ -240,21 +243,30 @@ class _Task:
         self.windows_emitted += len(results)
 
     def on_record(self, record: DataRecord) -> None:
-        value = decode_json_payload(record.payload)
-        if not isinstance(value, dict):
-            raise ValueError(
-                f"{self.input_topic} partition {record.partition} offset {record.offset}: a record must be a JSON "
-                f"object with key and event_ms, got {value!r:.80}"
-            )
+        """Window one record. A record that is not a JSON object with ``key`` and ``event_ms`` (or has a sum
+        field that is not a number) is not dropped and does not stop the task: it goes, unchanged, to the
+        side topic with the reason in a header, in the same transaction, and is counted as rejected."""
         try:
+            value = decode_json_payload(record.payload)
+            if not isinstance(value, dict):
+                raise ValueError(f"a record must be a JSON object with key and event_ms, got {value!r:.80}")
             late = self.windows.add(value["key"], value["event_ms"], value)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(
-                f"{self.input_topic} partition {record.partition} offset {record.offset}: bad record: {exc!r}"
-            ) from exc
+        except (KeyError, TypeError, ValueError, DecodeError) as exc:
+            self._send_rejected(record, f"malformed record: {exc!r:.200}")
+            return
         self.records += 1
         if late is not None:
             self._send_late(record, value, late)
+
+    def _send_rejected(self, record: DataRecord, reason: str) -> None:
+        headers: list[tuple[str, str | bytes | None]] = [
+            (HEADER_LATE_REASON, reason.encode()),
+            (HEADER_LATE_TOPIC, self.input_topic.encode()),
+            (HEADER_LATE_PARTITION, str(record.partition).encode()),
+            (HEADER_LATE_OFFSET, str(record.offset).encode()),
+        ]
+        self.writer.produce_to(self.late_topic, record.payload, record.key, -1, headers)
+        self.rejected += 1
 
     def _send_late(self, record: DataRecord, value: dict[str, Any], late: LateRecord) -> None:
         body = {**value, "watermark": late.watermark, "window_start": late.window_start, "reason": LATE_REASON}
@@ -282,7 +294,7 @@ class _Task:
             "bookkeeping": self.reader.tracker.snapshot(),
             "windows": self.windows.snapshot(),
             "emitted_watermark": self.output_watermark,
-            "counters": {"records": self.records, "windowsEmitted": self.windows_emitted,
+            "counters": {"records": self.records, "rejected": self.rejected, "windowsEmitted": self.windows_emitted,
                          "commits": self.commits + 1},
         }
         self.writer.produce_to(self.state_topic, orjson.dumps(state), self.key, self.state_partition)
@@ -299,6 +311,7 @@ class _Task:
         return TaskSummary(
             records=self.records,
             late=self.windows.late_count,
+            rejected=self.rejected,
             windows_emitted=self.windows_emitted,
             watermark=self.output_watermark,
             ended=self.reader.tracker.is_ended,

@@ -20,7 +20,14 @@ from controlmsg.core.bookkeeping import WatermarkAdvanced
 from controlmsg.core.codec import decode_json_payload
 from controlmsg.kafka import ControlReader, ControlWriter, DataRecord, create_topic
 from spark_jobs import window_task
-from spark_jobs.window_task import HEADER_LATE_OFFSET, HEADER_LATE_PARTITION, LATE_REASON, TaskSummary, run_window_task
+from spark_jobs.window_task import (
+    HEADER_LATE_OFFSET,
+    HEADER_LATE_PARTITION,
+    HEADER_LATE_REASON,
+    LATE_REASON,
+    TaskSummary,
+    run_window_task,
+)
 
 WINDOW = 1000
 RUN = "run-1"
@@ -190,6 +197,8 @@ def test_late_records_go_to_the_side_topic(kafka_config: dict[str, Any], new_top
         ]
         for v in late:
             a.send(v, key=v["key"])
+        a.send_bytes(b"not json", key="bad")  # malformed: to the side topic too, and the task goes on
+        a.send({"key": "k3"}, key="k3")  # no event_ms
         write(b, sent, "k1", 2000, 1)  # on time: its window [2000, 3000) is open
         write(a, sent, "k1", 2999, 2)
         a.send_end_of_stream()
@@ -198,8 +207,11 @@ def test_late_records_go_to_the_side_topic(kafka_config: dict[str, Any], new_top
     assert task.error is None, task.error
     results, _, _ = read_output(t)
     assert results == oracle(sent)
-    assert task.result is not None and task.result.late == 3
-    side = read_plain(kafka_config, t.late)
+    assert task.result is not None and task.result.late == 3 and task.result.rejected == 2
+    everything = read_plain(kafka_config, t.late)
+    rejected = [m for m in everything if dict(m.headers())[HEADER_LATE_REASON].startswith(b"malformed record")]
+    assert sorted(m.value() for m in rejected) == [b"not json", b'{"key":"k3"}']
+    side = [m for m in everything if m not in rejected]
     bodies = sorted((orjson.loads(m.value()) for m in side), key=lambda v: v["event_ms"])
     assert [(v["key"], v["event_ms"], v["amount"]) for v in bodies] == sorted(
         ((v["key"], v["event_ms"], v["amount"]) for v in late), key=lambda x: x[1]
