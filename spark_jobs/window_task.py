@@ -26,12 +26,10 @@ count), so a restarting task reads one partition only.
 from __future__ import annotations
 
 import contextlib
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 import orjson
@@ -42,7 +40,7 @@ from controlmsg.core.codec import decode_json_payload
 from controlmsg.core.windows import LateRecord, TumblingWindows, WindowResult
 from controlmsg.errors import CheckpointError, DecodeError, ReadError
 from controlmsg.kafka.admin import connection_settings, wait_for_topic
-from controlmsg.kafka.checkpoint import Checkpoint, FileCheckpointStore
+from controlmsg.kafka.checkpoint import Checkpoint
 from controlmsg.kafka.reader import ControlReader, DataRecord
 from controlmsg.kafka.writer import ControlWriter
 
@@ -222,18 +220,13 @@ class _Task:
         return windows
 
     def _resumed_reader(self, config: Mapping[str, Any], state: Mapping[str, Any]) -> ControlReader:
-        # ControlReader resumes only from a FileCheckpointStore: the restored checkpoint goes through a
-        # temporary file (see the report: ControlReader should take an in-memory Checkpoint).
         checkpoint = Checkpoint(
             self.input_topic,
             {int(p): int(o) for p, o in state["offsets"].items()},
             dict(state["bookkeeping"]),
         )
-        with tempfile.TemporaryDirectory(prefix="controlmsg-window-") as tmp:
-            store = FileCheckpointStore(Path(tmp) / "checkpoint.json")
-            store.save(checkpoint)
-            return ControlReader(config, self.input_topic, partitions=self.partitions, run_id=self.run_id,
-                                 checkpoint=store)
+        return ControlReader(config, self.input_topic, partitions=self.partitions, run_id=self.run_id,
+                             resume_from=checkpoint)
 
     # ------------------------------------------------------------------ writing
 

@@ -77,7 +77,8 @@ class ControlReader:
     ``run_id``: the run to follow (default: the run of the first control message). When given, user
     records whose ``controlmsg-run`` header names another run are skipped and counted too.
     ``checkpoint``: a store to resume from (if it holds a checkpoint) and to save to with
-    :meth:`save_checkpoint`. ``dead_letter_topic``: where bad records go instead of stopping the reader.
+    :meth:`save_checkpoint`. ``resume_from``: a checkpoint kept elsewhere (e.g. in a Kafka state topic)
+    to resume from instead of the store's. ``dead_letter_topic``: where bad records go instead of stopping the reader.
     ``stop_at_end``: stop taking records from a batch right after the stream ends, so the checkpoint
     stands exactly at end of stream.
 
@@ -94,6 +95,7 @@ class ControlReader:
         partitions: list[int] | None = None,
         run_id: str | None = None,
         checkpoint: FileCheckpointStore | None = None,
+        resume_from: Checkpoint | None = None,
         dead_letter_topic: str | None = None,
         batch_size: int = 2000,
         stop_at_end: bool = True,
@@ -112,11 +114,12 @@ class ControlReader:
         if not owned or owned[0] < 0 or owned[-1] >= count:
             raise ValueError(f"partitions {owned} do not fit topic {topic!r} with {count} partitions")
 
-        saved = checkpoint.load() if checkpoint is not None else None
+        saved = resume_from if resume_from is not None else checkpoint.load() if checkpoint is not None else None
         if saved is not None:
             if saved.topic != topic or sorted(saved.offsets) != owned:
+                source = str(checkpoint.path) if checkpoint is not None and resume_from is None else "checkpoint"
                 raise CheckpointError(
-                    f"{checkpoint.path if checkpoint else ''}: checkpoint is for topic {saved.topic!r} "
+                    f"{source}: checkpoint is for topic {saved.topic!r} "
                     f"partitions {sorted(saved.offsets)}, not topic {topic!r} partitions {owned}"
                 )
             self.tracker = InputTracker.restore(saved.bookkeeping, run_id)
