@@ -104,7 +104,8 @@ def run_ingest_task(
     consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False,
                          "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
     writer = ControlWriter({**config, "transactional.id": group}, output_topic,
-                           task_name=f"ingest-{run_id}-s{task_index}", task_count=task_count, run_id=run_id)
+                           task_name=f"ingest-{run_id}-s{task_index}", task_count=task_count, run_id=run_id,
+                           data_headers=True)  # the run and task on each record: late records can name their task
     try:
         committed = consumer.committed([TopicPartition(source_topic, p) for p in source_partitions], timeout=30)
         positions: dict[int, int] = {}

@@ -6,7 +6,8 @@ will later run inside a Spark task, but needs no Spark.
 1. ``ControlReader.poll()``: user records (JSON ``{"key", "event_ms", ...}``) go into a
    :class:`~controlmsg.core.windows.TumblingWindows`; a record whose window the reconciled watermark has
    already closed goes to ``late_topic`` instead (plain JSON, not an envelope: the record's fields plus
-   ``watermark``, ``window_start`` and ``reason``; its origin in ``controlmsg-late-*`` headers).
+   ``watermark``, ``window_start``, ``reason``, ``upstream_task`` and ``upstream_partition``; its origin
+   in ``controlmsg-late-*`` headers too: input topic, partition, offset and upstream task).
 2. On every ``WatermarkAdvanced(ts)``: the windows it closes are written to ``output_topic`` as
    ``{"key", "window_start", "window_end", "count", "sum_<c>"...}`` keyed by the window key, then the
    task's own watermark ``ts`` goes to every output partition.
@@ -48,6 +49,7 @@ __all__ = [
     "HEADER_LATE_OFFSET",
     "HEADER_LATE_PARTITION",
     "HEADER_LATE_REASON",
+    "HEADER_LATE_TASK",
     "HEADER_LATE_TOPIC",
     "LATE_REASON",
     "STATE_FORMAT",
@@ -63,6 +65,7 @@ HEADER_LATE_REASON: Final = "controlmsg-late-reason"
 HEADER_LATE_TOPIC: Final = "controlmsg-late-topic"
 HEADER_LATE_PARTITION: Final = "controlmsg-late-partition"
 HEADER_LATE_OFFSET: Final = "controlmsg-late-offset"
+HEADER_LATE_TASK: Final = "controlmsg-late-upstream-task"
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,24 +255,27 @@ class _Task:
             self._send_late(record, value, late)
 
     def _send_rejected(self, record: DataRecord, reason: str) -> None:
+        self.writer.produce_to(self.late_topic, record.payload, record.key, -1, self._origin(record, reason))
+        self.rejected += 1
+
+    def _origin(self, record: DataRecord, reason: str) -> list[tuple[str, str | bytes | None]]:
+        """The side-topic headers of ``record``: why it is there, and where it came from (input topic,
+        partition, offset, and the upstream task that wrote it when its headers say so)."""
         headers: list[tuple[str, str | bytes | None]] = [
             (HEADER_LATE_REASON, reason.encode()),
             (HEADER_LATE_TOPIC, self.input_topic.encode()),
             (HEADER_LATE_PARTITION, str(record.partition).encode()),
             (HEADER_LATE_OFFSET, str(record.offset).encode()),
         ]
-        self.writer.produce_to(self.late_topic, record.payload, record.key, -1, headers)
-        self.rejected += 1
+        task = record.upstream_task
+        if task is not None:
+            headers.append((HEADER_LATE_TASK, task.encode()))
+        return headers
 
     def _send_late(self, record: DataRecord, value: dict[str, Any], late: LateRecord) -> None:
-        body = {**value, "watermark": late.watermark, "window_start": late.window_start, "reason": LATE_REASON}
-        headers: list[tuple[str, str | bytes | None]] = [
-            (HEADER_LATE_REASON, LATE_REASON.encode()),
-            (HEADER_LATE_TOPIC, self.input_topic.encode()),
-            (HEADER_LATE_PARTITION, str(record.partition).encode()),
-            (HEADER_LATE_OFFSET, str(record.offset).encode()),
-        ]
-        self.writer.produce_to(self.late_topic, orjson.dumps(body), record.key, -1, headers)
+        body = {**value, "watermark": late.watermark, "window_start": late.window_start, "reason": LATE_REASON,
+                "upstream_task": record.upstream_task, "upstream_partition": record.partition}
+        self.writer.produce_to(self.late_topic, orjson.dumps(body), record.key, -1, self._origin(record, LATE_REASON))
 
     def on_watermark(self, ts: int) -> None:
         self.emit(self.windows.advance(ts))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -25,7 +25,7 @@ from controlmsg.core.codec import decode
 from controlmsg.errors import CheckpointError, DeliveryError, Location, ProtocolError, ReadError
 from controlmsg.kafka.admin import connection_settings, wait_for_topic
 from controlmsg.kafka.checkpoint import Checkpoint, FileCheckpointStore
-from controlmsg.kafka.writer import HEADER_RUN
+from controlmsg.kafka.writer import HEADER_RUN, HEADER_TASK
 
 __all__ = [
     "HEADER_DLQ_OFFSET",
@@ -48,24 +48,40 @@ _USER_BYTE: Final = 0
 
 @dataclass(frozen=True, slots=True)
 class DataRecord:
-    """A user message: its position, key and payload (the user serde's bytes, without the type byte)."""
+    """A user message: its position, key and payload (the user serde's bytes, without the type byte).
+
+    ``message``: the Kafka message it came from (``None`` when built by hand); kept so that headers are
+    only looked at when asked for (:attr:`upstream_task`), never on the hot path.
+    """
 
     partition: int
     offset: int
     key: bytes | None
     payload: bytes
+    message: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def upstream_task(self) -> str | None:
+        """The upstream task that wrote the record, from its ``controlmsg-task`` header (written by a
+        ControlWriter with ``data_headers=True``); ``None`` when the record does not say."""
+        headers = self.message.headers() if self.message is not None else None
+        for name, value in headers or ():
+            if name == HEADER_TASK and value is not None:
+                return bytes(value).decode(errors="replace")
+        return None
 
 
 Item = DataRecord | Event
 
 # poll() builds DataRecords by setting their slots directly: the frozen dataclass's generated __init__ goes
 # through object.__setattr__ once per field, which costs more than all the rest of poll()'s per-record work.
-# The result is the same object (DataRecord has no __post_init__ and no defaults).
+# The result is the same object (DataRecord has no __post_init__; poll() sets every slot, defaulted or not).
 _new_record: Final = object.__new__
 _set_partition: Final = cast(Any, DataRecord).partition.__set__
 _set_offset: Final = cast(Any, DataRecord).offset.__set__
 _set_key: Final = cast(Any, DataRecord).key.__set__
 _set_payload: Final = cast(Any, DataRecord).payload.__set__
+_set_message: Final = cast(Any, DataRecord).message.__set__
 
 
 class ControlReader:
@@ -177,7 +193,8 @@ class ControlReader:
         positions = self._positions
         filter_run = self._filter_run
         new, record_type, user_byte = _new_record, DataRecord, _USER_BYTE
-        set_partition, set_offset, set_key, set_payload = _set_partition, _set_offset, _set_key, _set_payload
+        set_partition, set_offset, set_key, set_payload, set_message = (
+            _set_partition, _set_offset, _set_key, _set_payload, _set_message)
         for msg in cast(list[Any], msgs):
             err = msg.error()
             if err is not None:
@@ -198,6 +215,7 @@ class ControlReader:
                     set_offset(record, off)
                     set_key(record, msg.key())
                     set_payload(record, value[1:])
+                    set_message(record, msg)
                     append(record)
                 positions[p] = off + 1
                 continue

@@ -24,6 +24,7 @@ from spark_jobs.window_task import (
     HEADER_LATE_OFFSET,
     HEADER_LATE_PARTITION,
     HEADER_LATE_REASON,
+    HEADER_LATE_TASK,
     LATE_REASON,
     TaskSummary,
     run_window_task,
@@ -74,8 +75,8 @@ class TaskThread:
 
 @contextmanager
 def upstream(t: Topics) -> Iterator[tuple[ControlWriter, ControlWriter]]:
-    a = ControlWriter(t.config, t.input, task_name="a", task_count=2, run_id=RUN)
-    b = ControlWriter(t.config, t.input, task_name="b", task_count=2, run_id=RUN)
+    a = ControlWriter(t.config, t.input, task_name="a", task_count=2, run_id=RUN, data_headers=True)
+    b = ControlWriter(t.config, t.input, task_name="b", task_count=2, run_id=RUN, data_headers=True)
     try:
         yield a, b
     finally:
@@ -217,9 +218,13 @@ def test_late_records_go_to_the_side_topic(kafka_config: dict[str, Any], new_top
         ((v["key"], v["event_ms"], v["amount"]) for v in late), key=lambda x: x[1]
     )
     assert all(v["watermark"] == 2000 and v["reason"] == LATE_REASON for v in bodies)
-    for m in side:
+    assert all(v["upstream_task"] == "a" and v["upstream_partition"] in (0, 1) for v in bodies)
+    for m in everything:  # late and malformed alike name the upstream task, partition and offset
         headers = dict(m.headers())
+        assert headers[HEADER_LATE_TASK] == b"a"
         assert int(headers[HEADER_LATE_PARTITION]) in (0, 1) and int(headers[HEADER_LATE_OFFSET]) >= 0
+    assert sorted(int(dict(m.headers())[HEADER_LATE_PARTITION]) for m in side) == sorted(
+        v["upstream_partition"] for v in bodies)
 
 
 @pytest.mark.parametrize("hard_kill", [False, True], ids=["crash", "kill"])
