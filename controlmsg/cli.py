@@ -252,6 +252,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                         "reportedTasks": sorted(s.reported_tasks),
                         "watermarks": dict(s.watermarks),
                         "endedTasks": sorted(s.ended_tasks),
+                        "idleTasks": sorted(s.idle_tasks),
+                        "holdingTask": None if s.holding_task is None else dict(
+                            zip(("task", "watermark"), s.holding_task, strict=True)),
                         "watermark": None if s.watermark is None else s.watermark,
                         "ended": s.is_ended,
                         "openTasks": s.open_tasks,
@@ -279,6 +282,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             ended = ", ".join(sorted(s.ended_tasks)) or "-"
             line = (f"  partition {s.partition}: watermark {_fmt_ts(s.watermark)}; reported "
                     f"{len(s.reported_tasks)}/{s.task_count}; watermarks [{marks}]; ended [{ended}]")
+            if s.idle_tasks:
+                line += f"; idle [{', '.join(sorted(s.idle_tasks))}]"
             if not s.is_ended:
                 owing = s.open_tasks
                 unheard = s.unheard_tasks or 0
@@ -287,7 +292,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                     line += f" (+{unheard} not heard from)"
                 holder = s.holding_task
                 if holder is not None:
-                    others = [ts for t, ts in s.watermarks.items() if t != holder[0] and t not in s.ended_tasks]
+                    others = [ts for t, ts in s.watermarks.items()
+                              if t != holder[0] and t not in s.ended_tasks and t not in s.idle_tasks]
                     ahead = min(others) - holder[1] if others else None
                     line += f"; held back by {holder[0]} at {holder[1]}"
                     if ahead is not None:

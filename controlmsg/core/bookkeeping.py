@@ -15,8 +15,14 @@ one consumer that owns a set of partitions of one intermediate topic and follows
   counting as :data:`~controlmsg.core.messages.MAX_TIMESTAMP` (+infinity). A task's watermark never goes
   back: a lower one is ignored and counted (``regressions``); one after the task's own end of stream is
   ignored and counted (``after_end``).
+* **Idle tasks.** A task whose latest watermark on ``p`` says ``idle`` is left out of that minimum
+  while some task is neither idle nor ended (it has no input, so it must not hold the others back);
+  when every open task is idle, ``WM(p)`` is the minimum over them, as without idleness. An equal
+  watermark that changes the idle flag is applied; a lower one is ignored whatever its flag. So
+  ``WM(p)`` can go down when an idle task comes back; the consumer watermark below never does.
 * **Consumer watermark**: the minimum of ``WM(p)`` over owned partitions, undefined while any is
-  undefined. :class:`WatermarkAdvanced` is emitted only when it strictly increases to a finite value.
+  undefined. :class:`WatermarkAdvanced` is emitted only when it rises above the last one emitted, to a
+  finite value.
 * **Consumer end of stream**: :class:`PartitionEnded` once per partition, when ``EOS(p)`` first holds;
   :class:`StreamEnded` once, when it holds for every owned partition.
 
@@ -91,6 +97,8 @@ class PartitionStatus:
     ended_tasks: frozenset[str]
     watermark: int | None
     """``WM(p)``: ``None`` while undefined, :data:`MAX_TIMESTAMP` once every task ended."""
+    idle_tasks: frozenset[str] = frozenset()
+    """Open tasks whose latest watermark here says idle."""
 
     @property
     def is_ended(self) -> bool:
@@ -114,11 +122,13 @@ class PartitionStatus:
 
     @property
     def holding_task(self) -> tuple[str, int] | None:
-        """The open task whose watermark is the lowest, with that watermark: it holds ``WM(p)`` back."""
+        """The task that holds ``WM(p)`` back, with its watermark: the open task with the lowest watermark,
+        among the tasks that are not idle when there are any."""
         open_marks = [(ts, t) for t, ts in self.watermarks.items() if t not in self.ended_tasks]
+        active = [(ts, t) for ts, t in open_marks if t not in self.idle_tasks]
         if not open_marks:
             return None
-        ts, task = min(open_marks)
+        ts, task = min(active or open_marks)
         return task, ts
 
 
@@ -126,6 +136,7 @@ class PartitionStatus:
 class _Partition:
     watermarks: dict[str, int] = field(default_factory=dict)
     ended: set[str] = field(default_factory=set)
+    idle: set[str] = field(default_factory=set)  # tasks whose latest watermark says idle
     wm: int | None = None  # cached WM(p)
 
 
@@ -138,14 +149,16 @@ def _expect_int(snapshot: Mapping[str, Any], key: str, minimum: int | None = Non
 
 
 def _partition_watermark(part: _Partition, task_count: int) -> int | None:
-    """``WM(p)``: undefined until all ``task_count`` tasks reported; an ended task counts as +infinity
+    """``WM(p)``: undefined until all ``task_count`` tasks reported; then the minimum over the open tasks
+    that are not idle, or over all open tasks when every one is idle; an ended task counts as +infinity
     (ended tasks without a watermark have no entry, so ``default`` covers "all ended")."""
     if len(part.watermarks.keys() | part.ended) < task_count:
         return None
-    return min(
-        (ts for t, ts in part.watermarks.items() if t not in part.ended),
-        default=MAX_TIMESTAMP,
-    )
+    open_marks = [(ts, t in part.idle) for t, ts in part.watermarks.items() if t not in part.ended]
+    active = [ts for ts, idle in open_marks if not idle]
+    if active:
+        return min(active)
+    return min((ts for ts, _ in open_marks), default=MAX_TIMESTAMP)
 
 
 class InputTracker:
@@ -215,6 +228,7 @@ class InputTracker:
             watermarks=dict(part.watermarks),
             ended_tasks=frozenset(part.ended),
             watermark=part.wm,
+            idle_tasks=frozenset(part.idle - part.ended),
         )
 
     def statuses(self) -> list[PartitionStatus]:
@@ -266,8 +280,14 @@ class InputTracker:
             if previous is not None and message.timestamp <= previous:
                 if message.timestamp < previous:
                     self.counters.regressions += 1
-                return []
+                    return []
+                if message.idle == (task in part.idle):
+                    return []  # a repeat
             part.watermarks[task] = message.timestamp
+            if message.idle:
+                part.idle.add(task)
+            else:
+                part.idle.discard(task)
         self.counters.applied += 1
         return self._reconcile(partition, part)
 
@@ -279,6 +299,7 @@ class InputTracker:
             return []
         events: list[Event] = []
         wm = self.watermark
+        # wm can be lower than the last emitted one after an idle task came back: then nothing is emitted.
         if wm is not None and wm < MAX_TIMESTAMP and (self._emitted is None or wm > self._emitted):
             self._emitted = wm
             events.append(WatermarkAdvanced(wm))
@@ -302,7 +323,7 @@ class InputTracker:
             "emittedWatermark": self._emitted,
             "streamEnded": self._stream_ended,
             "partitions": {
-                str(p): {"watermarks": dict(part.watermarks), "ended": sorted(part.ended)}
+                str(p): {"watermarks": dict(part.watermarks), "ended": sorted(part.ended), "idle": sorted(part.idle)}
                 for p, part in self._parts.items()
             },
             "counters": {
@@ -344,6 +365,7 @@ class InputTracker:
                 part = tracker._parts[int(p)]
                 part.watermarks = {str(t): int(ts) for t, ts in saved["watermarks"].items()}
                 part.ended = {str(t) for t in saved["ended"]}
+                part.idle = {str(t) for t in saved.get("idle", ())}  # absent in snapshots from before idleness
                 if tracker._task_count is not None:
                     part.wm = _partition_watermark(part, tracker._task_count)
                     if len(part.ended) >= tracker._task_count:

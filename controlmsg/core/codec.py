@@ -2,7 +2,8 @@
 
 ``value = MessageType byte + MessageData``. User data is the user serde's bytes, untouched; control data
 is a UTF-8 JSON object with camelCase fields (``version``, ``taskName``, ``taskCount``, ``timestamp``,
-``runId``). Unknown extra fields are ignored. Everything else that is not exactly this is a
+``runId``, and on an idle watermark ``idle``). Unknown extra fields are ignored. Everything else that is
+not exactly this is a
 :class:`~controlmsg.errors.DecodeError`, never user data.
 
 orjson is used here and nowhere else in the core; its errors are translated at this boundary.
@@ -59,6 +60,8 @@ def encode_control(message: ControlMessage) -> bytes:
     }
     if isinstance(message, WatermarkMessage):
         body["timestamp"] = message.timestamp
+        if message.idle:  # only when set: an ordinary watermark stays byte for byte what it was
+            body["idle"] = True
         return _WATERMARK + orjson.dumps(body)
     return _EOS + orjson.dumps(body)
 
@@ -114,7 +117,8 @@ def _decode_control(value: bytes, kind: MessageType) -> ControlMessage:
     try:
         if kind is MessageType.WATERMARK:
             timestamp = _field(body, "timestamp", int, name)
-            return WatermarkMessage(task_name, task_count, timestamp, run_id, version)
+            idle = _field(body, "idle", bool, name) if "idle" in body else False
+            return WatermarkMessage(task_name, task_count, timestamp, run_id, version, idle)
         return EndOfStreamMessage(task_name, task_count, run_id, version)
     except ValueError as exc:
         raise DecodeError(f"{name} is invalid: {exc}") from exc

@@ -59,16 +59,25 @@ def _check_common(task_name: object, task_count: object, run_id: object, version
 
 @dataclass(frozen=True, slots=True)
 class WatermarkMessage:
-    """Upstream task ``task_name`` promises that no later message of its own is older than ``timestamp``."""
+    """Upstream task ``task_name`` promises that no later message of its own is older than ``timestamp``.
+
+    ``idle``: the task has no input for now and asks to be left out of the minimum while it is idle (its
+    next watermark without ``idle`` brings it back); see docs/PROTOCOL.md, "Idle upstream tasks". On the
+    wire an optional ``"idle": true`` field, so a reader that does not know it takes the message for an
+    ordinary watermark (it then waits for the task, as before: never wrong, only slower).
+    """
 
     task_name: str
     task_count: int
     timestamp: int
     run_id: str = ""
     version: int = PROTOCOL_VERSION
+    idle: bool = False
 
     def __post_init__(self) -> None:
         _check_common(self.task_name, self.task_count, self.run_id, self.version)
+        if type(self.idle) is not bool:
+            raise ValueError(f"idle must be true or false, got {self.idle!r}")
         if type(self.timestamp) is not int or not MIN_TIMESTAMP <= self.timestamp < MAX_TIMESTAMP:
             raise ValueError(
                 f"timestamp must be an integer in [{MIN_TIMESTAMP}, {MAX_TIMESTAMP}), got {self.timestamp!r}"

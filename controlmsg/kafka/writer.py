@@ -154,10 +154,13 @@ class ControlWriter:
         self._seq += 1
         return [(HEADER_TASK, self._task_b), (HEADER_RUN, self._run_b), (HEADER_SEQ, str(self._seq).encode())]
 
-    def send_watermark(self, timestamp: int) -> None:
+    def send_watermark(self, timestamp: int, *, idle: bool = False) -> None:
         """Promise that no later user message of this task is older than ``timestamp`` (ms); written to
-        every partition. Raises ``ValueError`` for a timestamp outside the signed 64-bit range."""
-        value = encode_control(WatermarkMessage(self.task_name, self.task_count, timestamp, self.run_id))
+        every partition. ``idle``: the task has no input for now; readers leave it out of the minimum until
+        its next watermark without ``idle``. Raises ``ValueError`` for a timestamp outside the signed 64-bit
+        range."""
+        value = encode_control(
+            WatermarkMessage(self.task_name, self.task_count, timestamp, self.run_id, idle=idle))
         headers = self._control_headers()
         for p in range(self.partitions):
             self._produce(value, None, p, headers)

@@ -31,7 +31,8 @@ timestamps = st.one_of(
 )
 
 watermark_messages = st.builds(
-    WatermarkMessage, task_name=task_names, task_count=task_counts, timestamp=timestamps, run_id=run_ids
+    WatermarkMessage, task_name=task_names, task_count=task_counts, timestamp=timestamps, run_id=run_ids,
+    idle=st.booleans(),
 )
 eos_messages = st.builds(EndOfStreamMessage, task_name=task_names, task_count=task_counts, run_id=run_ids)
 control_messages: st.SearchStrategy[ControlMessage] = st.one_of(watermark_messages, eos_messages)
@@ -109,10 +110,10 @@ def control_streams(draw: st.DrawFn, max_steps: int = 40) -> ControlStream:
     names = {run: [f"task-{i}" for i in range(n)] for run, n in counts.items()}
     tracker_run = draw(st.sampled_from([None, FOLLOWED_RUN]))
 
-    def message(run: str, task: str, eos: bool, ts: int) -> ControlMessage:
+    def message(run: str, task: str, eos: bool, ts: int, idle: bool = False) -> ControlMessage:
         if eos:
             return EndOfStreamMessage(task, counts[run], run)
-        return WatermarkMessage(task, counts[run], ts, run)
+        return WatermarkMessage(task, counts[run], ts, run, idle=idle)
 
     step = st.tuples(
         st.sampled_from([FOLLOWED_RUN, FOLLOWED_RUN, FOLLOWED_RUN, STALE_RUN]),
@@ -121,16 +122,17 @@ def control_streams(draw: st.DrawFn, max_steps: int = 40) -> ControlStream:
         st.sampled_from([False, False, False, True]),  # end of stream?
         _stream_ts,
         st.sampled_from(["one", "one", "one", "all", "all", "round", "repeat"]),
+        st.sampled_from([False, False, True]),  # an idle watermark?
     )
     records: list[tuple[int, ControlMessage]] = []
-    for run, i, p, eos, ts, kind in draw(st.lists(step, max_size=max_steps)):
+    for run, i, p, eos, ts, kind, idle in draw(st.lists(step, max_size=max_steps)):
         if kind == "repeat" and records:
             records.append(records[-1])
             continue
         if kind == "round":  # a control round: every task of the run, to every partition
             records.extend((q, message(run, task, eos, ts)) for task in names[run] for q in partitions)
             continue
-        msg = message(run, names[run][i % counts[run]], eos, ts)
+        msg = message(run, names[run][i % counts[run]], eos, ts, idle)
         if kind == "all":  # as the writer does: one control message to every partition
             records.extend((q, msg) for q in partitions)
         else:

@@ -413,6 +413,67 @@ def test_partition_status() -> None:
     assert t.status(0).holding_task is None
 
 
+# ------------------------------------------------------------------ idle tasks
+
+
+def idle(task: str, ts: int, count: int = 2, run: str = "r1") -> WatermarkMessage:
+    return WatermarkMessage(task, count, ts, run, idle=True)
+
+
+def test_an_idle_task_does_not_hold_the_others_back() -> None:
+    t = InputTracker([0], run_id="r1")
+    assert t.on_control(0, wm("a", 100)) == []
+    assert t.on_control(0, wm("b", 50)) == [WatermarkAdvanced(50)]
+    assert t.status(0).holding_task == ("b", 50)
+    assert t.on_control(0, idle("b", 50)) == [WatermarkAdvanced(100)]  # same timestamp, now idle
+    assert t.status(0).idle_tasks == {"b"}
+    assert t.status(0).holding_task == ("a", 100)
+    assert t.on_control(0, wm("a", 200)) == [WatermarkAdvanced(200)]
+    # b comes back at its old promise: WM(p) drops to 50, the consumer watermark stays where it was.
+    assert t.on_control(0, wm("b", 50)) == []
+    assert (t.status(0).watermark, t.watermark, t.emitted_watermark) == (50, 50, 200)
+    assert t.status(0).idle_tasks == frozenset()
+    assert t.on_control(0, wm("b", 300)) == []  # min(a=200, b=300) = 200: already emitted
+    assert t.on_control(0, wm("a", 400)) == [WatermarkAdvanced(300)]
+
+
+def test_when_every_open_task_is_idle_the_minimum_holds() -> None:
+    t = InputTracker([0], run_id="r1", topic="mid")
+    t.on_control(0, idle("a", 100))
+    assert t.on_control(0, idle("b", 70)) == [WatermarkAdvanced(70)]  # both idle: the minimum, no jump
+    assert t.on_control(0, eos("b")) == [WatermarkAdvanced(100)]  # ended: +inf; a idle alone: its own mark
+    assert t.on_control(0, eos("a")) == [PartitionEnded(0), StreamEnded()]
+    assert t.status(0).idle_tasks == frozenset()  # ended tasks are not idle
+
+
+def test_idle_flag_rules() -> None:
+    t = InputTracker([0], run_id="r1")
+    t.on_control(0, wm("a", 100))
+    t.on_control(0, wm("b", 100))
+    assert t.on_control(0, idle("b", 90)) == []  # lower: ignored whatever its flag
+    assert t.counters.regressions == 1 and t.status(0).idle_tasks == frozenset()
+    before = t.counters.applied
+    t.on_control(0, idle("b", 100))
+    t.on_control(0, idle("b", 100))  # a repeat: nothing
+    assert t.counters.applied == before + 1 and t.status(0).idle_tasks == {"b"}
+    t.on_control(0, wm("b", 100))  # an equal watermark without the flag: active again
+    assert t.counters.applied == before + 2 and t.status(0).idle_tasks == frozenset()
+
+
+def test_idle_tasks_survive_a_checkpoint() -> None:
+    t = InputTracker([0, 1], run_id="r1")
+    for p in (0, 1):
+        t.on_control(p, wm("a", 10))
+        t.on_control(p, idle("b", 5))
+    restored = checkpointed(t)
+    assert restored.snapshot() == t.snapshot()
+    assert restored.status(0).idle_tasks == {"b"} and restored.watermark == 10
+    older = t.snapshot()
+    for part in older["partitions"].values():
+        del part["idle"]  # a snapshot written before idleness existed: nobody idle
+    assert InputTracker.restore(older).watermark == 5
+
+
 # ------------------------------------------------------------------ the reference model
 
 
@@ -428,6 +489,7 @@ class Model:
     duplicate_eos: int = 0
     after_end: int = 0
     applied: int = 0
+    emitted: int | None = None
 
     @property
     def task_count(self) -> int | None:
@@ -436,20 +498,33 @@ class Model:
     def ended(self, p: int) -> set[str]:
         return {m.task_name for q, m in self.history if q == p and isinstance(m, EndOfStreamMessage)}
 
-    def max_watermarks(self, p: int) -> dict[str, int]:
-        marks: dict[str, int] = {}
+    def task_states(self, p: int) -> dict[str, tuple[int, bool]]:
+        """Per task: its highest watermark and whether the latest message that counted said idle (a lower
+        timestamp counts for nothing; an equal one counts for its flag)."""
+        states: dict[str, tuple[int, bool]] = {}
         for q, m in self.history:
             if q == p and isinstance(m, WatermarkMessage):
-                marks[m.task_name] = max(m.timestamp, marks.get(m.task_name, m.timestamp))
-        return marks
+                ts, _ = states.get(m.task_name, (m.timestamp, m.idle))
+                if m.timestamp >= ts:
+                    states[m.task_name] = (m.timestamp, m.idle)
+        return states
+
+    def max_watermarks(self, p: int) -> dict[str, int]:
+        return {t: ts for t, (ts, _) in self.task_states(p).items()}
+
+    def idle(self, p: int) -> set[str]:
+        return {t for t, (_, idle) in self.task_states(p).items() if idle} - self.ended(p)
 
     def partition_watermark(self, p: int) -> int | None:
         n = self.task_count
-        ended, marks = self.ended(p), self.max_watermarks(p)
+        ended, marks, idle = self.ended(p), self.max_watermarks(p), self.idle(p)
         tasks = ended | set(marks)
         if n is None or len(tasks) < n:
             return None
-        return min(MAX_TIMESTAMP if t in ended else marks[t] for t in tasks)
+        open_tasks = tasks - ended
+        if not open_tasks:
+            return MAX_TIMESTAMP
+        return min(marks[t] for t in (open_tasks - idle or open_tasks))
 
     def watermark(self) -> int | None:
         marks = [self.partition_watermark(p) for p in self.partitions]
@@ -466,15 +541,17 @@ class Model:
             return
         task = message.task_name
         was_ended = task in self.ended(p)
-        previous = self.max_watermarks(p).get(task)
+        previous = self.task_states(p).get(task)
         self.history.append((p, message))
         if was_ended:
             if isinstance(message, EndOfStreamMessage):
                 self.duplicate_eos += 1
             else:
                 self.after_end += 1
-        elif isinstance(message, WatermarkMessage) and previous is not None and message.timestamp <= previous:
-            self.regressions += message.timestamp < previous
+        elif isinstance(message, WatermarkMessage) and previous is not None and message.timestamp < previous[0]:
+            self.regressions += 1
+        elif isinstance(message, WatermarkMessage) and previous == (message.timestamp, message.idle):
+            pass  # a repeat
         else:
             self.applied += 1
 
@@ -485,11 +562,13 @@ class Model:
         self.feed(p, message)
         wm_after = self.watermark()
         ended_after = {q for q in self.partitions if self.eos(q)}
-        # The consumer watermark never goes back, and once defined stays defined.
-        assert wm_before is None or (wm_after is not None and wm_after >= wm_before)
+        # Once defined, the consumer watermark stays defined (it may go down when an idle task comes back,
+        # but what is emitted never does: emitted is the running maximum).
+        assert wm_before is None or wm_after is not None
         assert ended_before <= ended_after <= ended_before | {p}
         expected: list[Event] = []
-        if wm_after is not None and wm_after < MAX_TIMESTAMP and (wm_before is None or wm_after > wm_before):
+        if wm_after is not None and wm_after < MAX_TIMESTAMP and (self.emitted is None or wm_after > self.emitted):
+            self.emitted = wm_after
             expected.append(WatermarkAdvanced(wm_after))
         if p in ended_after - ended_before:
             expected.append(PartitionEnded(p))
@@ -507,6 +586,7 @@ def check_against_model(tracker: InputTracker, model: Model) -> None:
         ended = model.ended(p)
         assert status.ended_tasks == ended
         assert status.watermark == model.partition_watermark(p)
+        assert status.idle_tasks == model.idle(p)
         open_marks = {t: ts for t, ts in model.max_watermarks(p).items() if t not in ended}
         assert {t: ts for t, ts in status.watermarks.items() if t not in ended} == open_marks
         assert status.is_ended == model.eos(p)

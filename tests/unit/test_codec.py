@@ -103,6 +103,19 @@ def test_golden_watermark_vector() -> None:
     assert encoded[1:].decode("utf-8").startswith("{")
 
 
+def test_idle_watermark_vector() -> None:
+    encoded = encode_control(WatermarkMessage("t0", 2, 5, "r1", idle=True))
+    assert orjson.loads(encoded[1:]) == {
+        "version": 1, "taskName": "t0", "taskCount": 2, "runId": "r1", "timestamp": 5, "idle": True}
+    assert decode(encoded) == WatermarkMessage("t0", 2, 5, "r1", idle=True)
+    assert decode(wm_body(idle=False)) == WatermarkMessage("t0", 2, 5, "r1")
+    # Only true/false: a number or a string is not taken for a flag.
+    for bad in (1, 0, "true", None):
+        with pytest.raises(DecodeError, match="'idle' must be bool"):
+            decode(wm_body(idle=bad))
+    assert decode(eos_body(idle="whatever")) == EndOfStreamMessage("t0", 2, "r1")  # not a field of EOS
+
+
 def test_golden_end_of_stream_vector() -> None:
     encoded = encode_control(EndOfStreamMessage("t1", 3, "r1"))
     assert encoded.startswith(b"\x02")
