@@ -14,7 +14,15 @@ topic (JSON objects with the fields a file input has) and is one upstream task o
   event time and the last watermark in the offset metadata). A restart resumes from the committed
   offsets and state: nothing twice, nothing lost, the watermark never goes back;
 * with ``until`` (end offsets taken at start: ``--until-source-end``), it writes its end of stream once
-  its source partitions reach them, commits and returns.
+  its source partitions reach them, commits and returns;
+* **idleness** (docs/PROTOCOL.md, "Idle upstream tasks"): a source partition that has given no record for
+  ``idle_timeout_s`` and whose position is at its end is *idle* and leaves the task's minimum (a quiet
+  partition must not hold the task back). When all of the task's partitions that have not ended are
+  idle, the task sends an *idle* watermark (its last watermark again, with the idle flag) so downstream
+  leaves it out of their minimum too; the first record it reads afterwards is preceded by its last
+  watermark without the flag, so it counts again from that record on. Records of a partition that was
+  idle and are older than what was promised meanwhile are late downstream (counted there, in the late
+  topic), never dropped here.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from typing import Any, Final, cast
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from controlmsg.core.messages import MIN_TIMESTAMP
 from controlmsg.errors import ReadError
 from controlmsg.kafka.writer import ControlWriter
 
@@ -71,6 +80,7 @@ class IngestSummary:
     watermark: int | None
     ended: bool
     commits: int
+    idle_periods: int = 0
 
 
 def _group(output_topic: str, run_id: str, task_index: int) -> str:
@@ -94,11 +104,13 @@ def run_ingest_task(
     watermark_interval_s: float = 1.0,
     until: Mapping[int, int] | None = None,
     stop: Callable[[int], bool] | None = None,
+    idle_timeout_s: float | None = 10.0,
 ) -> IngestSummary:
     """Run the task until its source partitions reach ``until`` (then end its stream) or
     ``stop(records_written_so_far)`` is true (then commit and return without ending). Blocks. Raises
     ReadError/DeliveryError on Kafka errors; an uncommitted transaction is then aborted by the next start
-    of the same task (same transactional id).
+    of the same task (same transactional id). ``idle_timeout_s``: how long a source partition at its end
+    may give nothing before it counts as idle (``None``: never).
     """
     group = _group(output_topic, run_id, task_index)
     consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False,
@@ -111,6 +123,7 @@ def run_ingest_task(
         positions: dict[int, int] = {}
         max_event: dict[int, int] = {}  # per source partition: the largest event time read from it
         last_mark: int | None = None
+        task_idle = False  # the last watermark this task wrote said idle
         for tp in committed:
             positions[tp.partition] = tp.offset if tp.offset >= 0 else 0
             if tp.metadata:
@@ -119,14 +132,17 @@ def run_ingest_task(
                     max_event[tp.partition] = state["maxEvent"]
                 if state.get("lastMark") is not None:
                     last_mark = state["lastMark"] if last_mark is None else max(last_mark, state["lastMark"])
+                task_idle = task_idle or bool(state.get("idle"))
         consumer.assign([TopicPartition(source_topic, p, o) for p, o in positions.items()])
-        records = rejected = commits = 0
+        records = rejected = commits = idle_periods = 0
+        last_seen = dict.fromkeys(positions, time.monotonic())  # per source partition: when it last gave a record
         next_commit = time.monotonic() + watermark_interval_s
         ended = False
         while True:
             done = until is not None and all(positions[p] >= until.get(p, 0) for p in positions)
             stopping = done or (stop is not None and stop(records))
             msgs = [] if stopping else cast(list[Any], consumer.consume(1000, 0.1))
+            now = time.monotonic()
             for msg in msgs:
                 if msg.error() is not None:
                     if msg.error().code() == KafkaError._PARTITION_EOF:
@@ -136,6 +152,10 @@ def run_ingest_task(
                 if until is not None and off >= until.get(p, 0):
                     continue  # beyond the end taken at start: not this run's input
                 positions[p] = off + 1
+                last_seen[p] = now
+                if task_idle:  # back: count again from here on (the promise stays what it was)
+                    writer.send_watermark(MIN_TIMESTAMP if last_mark is None else last_mark)
+                    task_idle = False
                 reason, out = _convert(msg.value(), key_field, event_time_field, carry)
                 if out is None:
                     writer.produce_to(rejects_topic, msg.value() or b"", msg.key(), headers=[
@@ -149,18 +169,26 @@ def run_ingest_task(
                 writer.send(out, out["key"])
                 records += 1
             if stopping or time.monotonic() >= next_commit:
-                progress = _task_progress(positions, max_event, until)
+                idle = set() if idle_timeout_s is None else {
+                    q for q in positions
+                    if now - last_seen[q] >= idle_timeout_s and _at_end(consumer, source_topic, q, positions[q])}
+                progress = _task_progress(positions, max_event, until, idle)
                 if progress is not None:
                     mark = progress - allowed_lateness_ms
                     if last_mark is None or mark > last_mark:
                         writer.send_watermark(mark)
                         last_mark = mark
+                        task_idle = False
+                elif not task_idle and not done and idle and _all_quiet(positions, until, idle):
+                    writer.send_watermark(MIN_TIMESTAMP if last_mark is None else last_mark, idle=True)
+                    task_idle = True
+                    idle_periods += 1
                 if done:
                     writer.send_end_of_stream()
                     ended = True
                 offsets = [
                     TopicPartition(source_topic, q, o, metadata=orjson.dumps(
-                        {"maxEvent": max_event.get(q), "lastMark": last_mark}).decode())
+                        {"maxEvent": max_event.get(q), "lastMark": last_mark, "idle": task_idle}).decode())
                     for q, o in positions.items()
                 ]
                 writer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata())
@@ -169,7 +197,7 @@ def run_ingest_task(
                 next_commit = time.monotonic() + watermark_interval_s
                 if stopping:
                     writer.close()
-                    return IngestSummary(records, rejected, last_mark, ended, commits)
+                    return IngestSummary(records, rejected, last_mark, ended, commits, idle_periods)
     except KafkaException as exc:
         raise ReadError(f"ingest task {task_index} of {source_topic!r}: {exc.args[0]}") from exc
     finally:
@@ -177,20 +205,42 @@ def run_ingest_task(
 
 
 def _task_progress(positions: Mapping[int, int], max_event: Mapping[int, int],
-                   until: Mapping[int, int] | None) -> int | None:
+                   until: Mapping[int, int] | None, idle: set[int]) -> int | None:
     """The event time this task has passed: the minimum over its source partitions of the largest event
     time read from each, since one partition may be read far ahead of another. A partition that reached
-    its end (``until``) no longer holds it back; one that has yielded nothing yet keeps it undefined."""
+    its end (``until``) or is idle no longer holds it back; one that has yielded nothing yet (and is not
+    idle) keeps it undefined. ``None`` also when every partition left is idle: the task is idle."""
     marks = []
     for p, pos in positions.items():
-        if until is not None and pos >= until.get(p, 0):
+        if (until is not None and pos >= until.get(p, 0)) or p in idle:
             continue
         if p not in max_event:
             return None
         marks.append(max_event[p])
     if marks:
         return min(marks)
+    if _all_quiet(positions, until, idle) and idle - _ended(positions, until):
+        return None
     return max(max_event.values(), default=None)
+
+
+def _ended(positions: Mapping[int, int], until: Mapping[int, int] | None) -> set[int]:
+    return set() if until is None else {p for p, pos in positions.items() if pos >= until.get(p, 0)}
+
+
+def _all_quiet(positions: Mapping[int, int], until: Mapping[int, int] | None, idle: set[int]) -> bool:
+    """Every source partition of the task has ended or is idle."""
+    return all(p in idle for p in set(positions) - _ended(positions, until))
+
+
+def _at_end(consumer: Consumer, topic: str, partition: int, position: int) -> bool:
+    """Whether ``position`` is at the partition's end as last fetched (librdkafka's cached high watermark;
+    unknown counts as at the end, so a partition never fetched from can still be idle)."""
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+    except KafkaException:
+        return True
+    return high < 0 or position >= high
 
 
 def _convert(value: bytes | None, key_field: str, event_time_field: str,

@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --streaming: the source's end offsets at start end the input; the chain then stops")
     p.add_argument("--watermark-interval", default="1s", help="with --streaming: watermark and commit interval")
     p.add_argument("--allowed-lateness", default="0s", help="watermark = event-time progress minus this")
+    p.add_argument("--idle-timeout", default="10s",
+                   help="with --streaming: a quiet source partition stops holding the watermark back after this "
+                        "('never': it holds it until it gives records again)")
     p.add_argument("--key", required=True)
     p.add_argument("--event-time", required=True)
     p.add_argument("--window", required=True, help="e.g. 15m, 1h, 1d")
@@ -107,7 +110,8 @@ def _job_args(job: str, args: argparse.Namespace, servers: str, run_id: str, run
     elif job == "stream_ingest":
         extra = ["--source-topic", args.source_topic, "--key", args.key, "--event-time", args.event_time,
                  "--topic", events, "--partitions", str(args.partitions), "--tasks", str(args.tasks),
-                 "--allowed-lateness", args.allowed_lateness, "--watermark-interval", args.watermark_interval, *carry]
+                 "--allowed-lateness", args.allowed_lateness, "--watermark-interval", args.watermark_interval,
+                 "--idle-timeout", args.idle_timeout, *carry]
         if args.until_source_end:
             extra.append("--until-source-end")
     elif job == "window_aggregate":

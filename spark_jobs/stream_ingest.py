@@ -35,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", type=int, default=2, help="upstream tasks (at most the source's partitions)")
     p.add_argument("--allowed-lateness", default="0s")
     p.add_argument("--watermark-interval", default="1s", help="watermark and commit interval")
+    p.add_argument("--idle-timeout", default="10s",
+                   help="a source partition at its end that gives nothing this long is idle and stops holding the "
+                        "watermark back (docs/PROTOCOL.md); 'never' to wait for it forever")
     p.add_argument("--until-source-end", action="store_true",
                    help="end the stream at the source's end offsets taken at start")
     p.add_argument("--rejects-topic", help="default: <topic>-rejects")
@@ -58,6 +61,7 @@ def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str
     until = end_offsets(config, args.source_topic) if args.until_source_end else None
     lateness = parse_duration(args.allowed_lateness) if args.allowed_lateness.strip() not in ("0", "0s") else 0
     interval = parse_duration(args.watermark_interval) / 1000
+    idle_timeout = None if args.idle_timeout == "never" else parse_duration(args.idle_timeout) / 1000
     log.info("%d tasks over source partitions %s -> %s (%s)", args.tasks, owned, args.topic,
              f"until offsets {until}" if until is not None else "unbounded")
     source, topic, run_id, key, event_time = args.source_topic, args.topic, args.run_id, args.key, args.event_time
@@ -68,7 +72,7 @@ def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str
             config, source_topic=source, source_partitions=owned[i], output_topic=topic,
             rejects_topic=rejects_topic, run_id=run_id, task_index=i, task_count=tasks, key_field=key,
             event_time_field=event_time, carry=carry, allowed_lateness_ms=lateness, watermark_interval_s=interval,
-            until=until)
+            until=until, idle_timeout_s=idle_timeout)
         return asdict(summary)
 
     summaries = run_long_running_tasks(spark, tasks, body)

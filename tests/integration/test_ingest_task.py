@@ -150,3 +150,68 @@ def test_kill_9_mid_transaction_then_restart(kafka_config: dict[str, Any], boots
     values = read_output(kafka_config, out)
     ids = [v["id"] for v in values]
     assert len(ids) == 60_000 and len(set(ids)) == 60_000
+
+
+def test_an_idle_source_partition_does_not_hold_the_watermark(kafka_config: dict[str, Any],
+                                                               new_topic: Callable[..., str]) -> None:
+    """Task s1's only source partition goes quiet at event time 1000 while task s0's keeps moving on:
+    after the idle timeout s1 says idle and the reconciled watermark follows s0 alone. When s1's partition
+    gets a record again, s1 comes back before that record (its watermark without the idle flag precedes
+    it in every partition), so downstream counts it again from that record on."""
+    source, out, rejects = new_topic(2, prefix="source"), new_topic(2, prefix="events"), new_topic(1, prefix="rej")
+    producer = Producer(kafka_config)
+    lock = threading.Lock()
+
+    def event(partition: int, event_ms: int, user: str) -> None:
+        with lock:
+            producer.produce(source, orjson.dumps({"user": user, "event_time": event_ms}), user.encode(),
+                             partition=partition)
+            producer.flush(10)
+
+    stop = threading.Event()
+    busy_sent = [0]
+
+    def keep_busy() -> None:  # partition 0 never goes quiet: event time 1000, 1500, ... every 0.1 s
+        while not stop.is_set():
+            event(0, 1000 + 500 * busy_sent[0], "busy")
+            busy_sent[0] += 1
+            time.sleep(0.1)
+
+    event(1, 1000, "quiet")
+    summaries: list[Any] = [None, None]
+
+    def task(i: int) -> None:
+        summaries[i] = run_ingest_task(
+            kafka_config, source_topic=source, source_partitions=[i], output_topic=out, rejects_topic=rejects,
+            run_id="r", task_index=i, task_count=2, key_field="user", event_time_field="event_time",
+            watermark_interval_s=0.2, idle_timeout_s=1.0, stop=lambda _: stop.is_set())
+
+    threads = [threading.Thread(target=f, args=a, daemon=True)
+               for f, a in ((keep_busy, ()), (task, (0,)), (task, (1,)))]
+    for t in threads:
+        t.start()
+    try:
+        with ControlReader(kafka_config, out, run_id="r") as reader:
+            deadline = time.monotonic() + 30
+            while (reader.tracker.emitted_watermark or 0) < 5000:  # without idleness it would stay at 1000
+                assert time.monotonic() < deadline, (reader.tracker.emitted_watermark, reader.tracker.statuses())
+                reader.poll(0.2)
+            for s in reader.tracker.statuses():
+                assert s.idle_tasks == {"ingest-r-s1"}
+                holder = s.holding_task
+                assert holder is not None and holder[0] == "ingest-r-s0" and holder[1] >= 5000
+            event(1, 1000 + 500 * busy_sent[0], "back")  # s1 is active again from here on
+            seen_back = False
+            while not seen_back:
+                assert time.monotonic() < deadline, "the record of the re-activated partition never came"
+                for item in reader.poll(0.2):
+                    if isinstance(item, DataRecord) and decode_json_payload(item.payload)["key"] == "back":
+                        seen_back = True
+                        assert reader.tracker.status(item.partition).idle_tasks == set()  # came back before it
+                        assert item.upstream_task == "ingest-r-s1"
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert summaries[1] is not None and summaries[1].idle_periods >= 1 and summaries[1].records == 2
+    assert summaries[0] is not None and summaries[0].idle_periods == 0 and summaries[0].records == busy_sent[0]

@@ -1,0 +1,738 @@
+"""The streaming chain (two Spark applications, two Kafka hops): window-result latency and records/s.
+
+    python benchmarks/bench_streaming.py [--watermark-interval 200ms] [--window 1s] [--rate 2000]
+        [--live-seconds 30] [--prefill-events 200000] [--master local[2]] [--phases latency,throughput]
+
+The chain: raw source topic -> ``python -m spark_jobs.stream_ingest`` (Spark application 1, ``--tasks``
+long-running tasks) -> the events topic -> ``python -m spark_jobs.stream_window`` (Spark application 2) ->
+the windows topic. Each application is its own process group (``start_new_session``), started by this
+script and killed (SIGTERM, then SIGKILL, to the group and every descendant) when its phase ends. Uses
+$KAFKA_BOOTSTRAP_SERVERS, else starts a local broker for the run. Every phase uses fresh topics (a new run
+id), deleted at the end unless ``--keep-topics``. The applications' logs stay in a temporary directory,
+printed at the start.
+
+What is measured, from one run:
+
+**Phase A, window-result latency (live).** Two observers run in this process, one thread each, started
+before the applications: a ``ControlReader`` (``read_committed``, all partitions, the run id) on the events
+topic and one on the windows topic. They poll with a short timeout (``--observer-poll``, 10 ms; librdkafka's
+``consume`` returns only when the batch is full or the timeout has passed, so this is the resolution of
+every timestamp) and stamp what they see with ``time.monotonic()`` when ``poll`` returns. For each window
+end E:
+
+* t0 = the moment the events observer's reconciled watermark (minimum over every ingest task and every
+  partition: its ``WatermarkAdvanced`` items) first reaches >= E, i.e. when the input of stream_window
+  has, for the first time, everything it needs to close the windows ending at E;
+* t1 = the moment the windows observer first sees a result record with ``window_end == E``;
+* latency(E) = t1 - t0: stream_window's reading, closing and committing, plus Kafka's transaction
+  markers, seen from outside. The first hop (source -> ingest -> events) is not in it: t0 is defined on the
+  events topic.
+
+stream_window starts first; once its driver has launched its tasks, stream_ingest starts (unbounded: no
+``--until-source-end``); once both ingest tasks have committed their first (empty) transaction (their
+consumer groups hold offsets), ``python -m spark_jobs.generate`` writes live for ``--live-seconds`` at
+``--rate`` events/s, event time following the wall clock times ``--speedup`` (so with 1 s windows and
+speedup 1, one window closes per second). Windows whose t0 falls in the first ``--warmup`` seconds of
+generation are left out (the first watermark needs every source partition to have yielded a record, and
+the Python workers are still warming up). After the generator stops the script waits until the events
+observer has seen every generated event and every window with a t0 has its result (or a grace period has
+passed: those are reported as missing), then kills both applications: stream_ingest does not end by
+itself without ``--until-source-end``. The phase also reports whether the chain kept up: the generator's
+achieved rate, how long after the generator stopped the last generated event was on the events topic and
+the windows topic's watermark caught up with the events topic's, and the median latency of the first and
+second half of the measured windows (a chain falling behind shows a growing latency).
+
+The events observer reads every data record too; its batch size (``--observer-batch``) is large, and
+the phase reports how many of its polls came back with a full batch (a sign it was behind, which would
+delay t0 and bias the latency down) and its CPU time. The goal is "latency < 1 s + one watermark
+interval"; it is reported for every measured window, and on the p90.
+
+**Phase B, sustained records/s (bounded backlog).** ``--prefill-events`` events are written to a fresh
+source topic first (``spark_jobs.generate.generate`` as fast as it goes, event time spaced as in the live
+phase: ``--rate`` events per second of event time, so windows hold as many records), not timed. Then the
+same two applications run with ``--until-source-end`` (stream_window first, stream_ingest once
+stream_window's driver has launched its tasks) and end by themselves. Records/s of the chain = events /
+(the windows topic's end of stream as seen by the windows observer - the first committed record the events
+observer sees). The start is the first *visible* ingest output, so it is late by at most about one
+watermark interval (an ingest task commits its first transaction one interval after it starts reading)
+plus the commit; the figure is therefore slightly optimistic by that much. Also printed: the same from the
+moment stream_window was launched (JVM start-up included), the ingest hop alone (first record -> end of
+stream on the events topic), end of stream propagation through stream_window, and a check that the window
+results' counts plus the late records add up to the events. The two observers compete with the
+applications for the machine's cores; their CPU time is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import contextlib
+import math
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from controlmsg.core.bookkeeping import StreamEnded, WatermarkAdvanced
+from controlmsg.core.codec import decode_json_payload
+from controlmsg.kafka import ControlReader, DataRecord, create_topic
+from spark_jobs.common import topic_names
+from spark_jobs.events import parse_duration
+from spark_jobs.generate import GeneratorConfig, generate
+from spark_jobs.ingest_task import _group as ingest_group  # the consumer group an ingest task commits to
+
+TOPIC_PREFIX = "controlmsg-bench"
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def kafka_cluster() -> Iterator[str]:
+    """``$KAFKA_BOOTSTRAP_SERVERS``, or a broker started here for the run (and stopped on exit)."""
+    given = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    if given:
+        yield given
+        return
+    from controlmsg.broker import start_broker, stop_broker
+
+    data_dir = Path(tempfile.mkdtemp(prefix="controlmsg-bench-broker-"))
+    try:
+        handle = start_broker(port=free_port(), data_dir=data_dir)
+        try:
+            yield handle.bootstrap_servers
+        finally:
+            stop_broker(data_dir)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in (0, 1]) of a non-empty sequence."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live descendant of process ``root`` (from /proc; empty where there is none). The PySpark
+    daemon puts itself in a process group of its own, so killing the application's group alone may leave
+    it and its workers behind."""
+    children: dict[int, list[int]] = {}
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class App:
+    """One Spark application (or any command) in its own session and process group, output to a log."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str]) -> None:
+        self.name = name
+        self.log_path = log_path
+        self._log: IO[bytes] = log_path.open("wb")
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=env, start_new_session=True)
+        self.ended: float | None = None
+
+    def poll(self) -> int | None:
+        code = self.proc.poll()
+        if code is not None and self.ended is None:
+            self.ended = time.monotonic()
+        return code
+
+    def tail(self, lines: int = 25) -> str:
+        text = self.log_path.read_bytes().decode(errors="replace").splitlines()[-lines:]
+        return "\n".join("    " + line for line in text)
+
+    def check_running(self) -> None:
+        code = self.poll()
+        if code is not None:
+            raise RuntimeError(f"{self.name} exited with {code}; last lines of {self.log_path}:\n{self.tail()}")
+
+    def wait_for_line(self, text: str, timeout: float) -> float:
+        """Block until ``text`` appears in the log; returns the moment. Raises if the app exits first."""
+        deadline = time.monotonic() + timeout
+        needle = text.encode()
+        while time.monotonic() < deadline:
+            if needle in self.log_path.read_bytes():
+                return time.monotonic()
+            self.check_running()
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.name}: {text!r} not logged within {timeout:g} s; log tail:\n{self.tail()}")
+
+    def stop(self) -> None:
+        """SIGTERM the process group and every descendant, then SIGKILL whatever is left after 10 s."""
+        pids = [self.proc.pid, *_descendants(self.proc.pid)]
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+        for pid in pids[1:]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        deadline = time.monotonic() + 5
+        while any(_alive(p) for p in pids[1:]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for pid in pids[1:]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        self.poll()
+        self._log.close()
+
+
+# ---------------------------------------------------------------------------------------------- observers
+
+
+class Observer(threading.Thread):
+    """Reads one envelope topic (all partitions, ``read_committed``, one run) and stamps what it sees."""
+
+    def __init__(self, name: str, config: dict[str, Any], topic: str, run_id: str, *, results: bool,
+                 poll_s: float, batch_size: int) -> None:
+        super().__init__(name=name, daemon=True)
+        self.reader = ControlReader(config, topic, run_id=run_id, batch_size=batch_size)
+        self.results = results
+        self.poll_s = poll_s
+        self.batch_size = batch_size
+        self.wm_at: list[float] = []  # when the reconciled watermark advanced ...
+        self.wm_ts: list[int] = []  # ... and to what (strictly increasing)
+        self.data = 0
+        self.first_data: float | None = None
+        self.last_data: float | None = None
+        self.ended_at: float | None = None
+        self.result_seen: dict[int, float] = {}  # window end -> first result record seen
+        self.result_records = 0
+        self.counted = 0  # sum of the results' counts
+        self.polls = 0
+        self.full_polls = 0
+        self.cpu_s = 0.0
+        self.error: BaseException | None = None
+        self._halt = threading.Event()
+
+    def _consumed(self) -> int:
+        return sum(max(o, 0) for o in self.reader.positions.values())
+
+    def run(self) -> None:
+        cpu0 = time.thread_time()
+        reader = self.reader
+        try:
+            while not self._halt.is_set() and self.ended_at is None:
+                before = self._consumed()
+                items = reader.poll(self.poll_s)
+                now = time.monotonic()
+                self.polls += 1
+                if self._consumed() - before >= self.batch_size:
+                    self.full_polls += 1
+                for item in items:
+                    if isinstance(item, DataRecord):
+                        self.data += 1
+                        if self.first_data is None:
+                            self.first_data = now
+                        self.last_data = now
+                        if self.results:
+                            value = decode_json_payload(item.payload)
+                            self.result_records += 1
+                            self.counted += int(value["count"])
+                            self.result_seen.setdefault(int(value["window_end"]), now)
+                    elif isinstance(item, WatermarkAdvanced):
+                        self.wm_at.append(now)
+                        self.wm_ts.append(item.timestamp)
+                    elif isinstance(item, StreamEnded):
+                        self.ended_at = now
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.cpu_s = time.thread_time() - cpu0
+
+    def reached(self, ts: int) -> float | None:
+        """When the watermark first reached >= ``ts`` (None: not yet)."""
+        i = bisect.bisect_left(self.wm_ts, ts)
+        return self.wm_at[i] if i < len(self.wm_at) else None
+
+    def halt(self) -> None:
+        self._halt.set()
+        self.join(10)
+        self.reader.close()
+        if self.error is not None:
+            raise RuntimeError(f"observer {self.name} failed: {self.error!r}") from self.error
+
+
+# ---------------------------------------------------------------------------------------------- the chain
+
+
+@dataclass
+class Chain:
+    """One run of the chain: its topics and how to start its two applications."""
+
+    args: argparse.Namespace
+    servers: str
+    work: Path
+    label: str
+
+    def __post_init__(self) -> None:
+        self.run_id = f"{self.label}{uuid.uuid4().hex[:8]}"
+        self.source = f"{TOPIC_PREFIX}-{self.run_id}-source"
+        self.events, self.windows = topic_names(self.run_id, prefix=TOPIC_PREFIX)
+        self.config: dict[str, Any] = {"bootstrap.servers": self.servers}
+        self.env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+        self.apps: list[App] = []
+
+    @property
+    def topics(self) -> list[str]:
+        return [self.source, self.events, f"{self.events}-rejects", self.windows, f"{self.windows}-late",
+                f"{self.windows}-state"]
+
+    def create_topics(self) -> None:
+        for topic in (self.source, self.events, self.windows):
+            create_topic(self.config, topic, self.args.partitions)
+
+    def observers(self) -> tuple[Observer, Observer]:
+        a = self.args
+        events = Observer("events", self.config, self.events, self.run_id, results=False, poll_s=a.observer_poll,
+                          batch_size=a.observer_batch)
+        windows = Observer("windows", self.config, self.windows, self.run_id, results=True,
+                           poll_s=a.observer_poll, batch_size=a.observer_batch)
+        return events, windows
+
+    def _common(self, job: str) -> list[str]:
+        return ["--bootstrap-servers", self.servers, "--run-id", self.run_id, "--master", self.args.master,
+                "--summary", str(self.work / f"{self.run_id}-{job}.json")]
+
+    def start_window(self) -> App:
+        a = self.args
+        argv = [sys.executable, "-m", "spark_jobs.stream_window", "--input-topic", self.events,
+                "--output-topic", self.windows, "--window", a.window, "--sum", "amount",
+                "--partitions", str(a.partitions), "--tasks", str(a.tasks),
+                "--commit-interval", a.watermark_interval, *self._common("stream_window")]
+        app = App("stream_window", argv, self.work / f"{self.run_id}-stream_window.log", self.env)
+        self.apps.append(app)
+        return app
+
+    def start_ingest(self, until_source_end: bool) -> App:
+        a = self.args
+        argv = [sys.executable, "-m", "spark_jobs.stream_ingest", "--source-topic", self.source,
+                "--topic", self.events, "--key", "user", "--event-time", "event_time", "--carry", "amount",
+                "--partitions", str(a.partitions), "--tasks", str(a.tasks),
+                "--allowed-lateness", a.allowed_lateness, "--watermark-interval", a.watermark_interval,
+                *(["--until-source-end"] if until_source_end else []), *self._common("stream_ingest")]
+        app = App("stream_ingest", argv, self.work / f"{self.run_id}-stream_ingest.log", self.env)
+        self.apps.append(app)
+        return app
+
+    def summary(self, job: str) -> dict[str, Any] | None:
+        path = self.work / f"{self.run_id}-{job}.json"
+        return orjson.loads(path.read_bytes()) if path.exists() else None
+
+    def ingest_tasks_committed(self) -> bool:
+        """True once every ingest task has committed a transaction (its consumer group holds offsets)."""
+        admin = AdminClient(self.config)
+        for i in range(self.args.tasks):
+            partitions = [TopicPartition(self.source, p) for p in range(i, self.args.partitions, self.args.tasks)]
+            request = [ConsumerGroupTopicPartitions(ingest_group(self.events, self.run_id, i), partitions)]
+            try:
+                result = next(iter(admin.list_consumer_group_offsets(request).values())).result(10)
+            except KafkaException:
+                return False
+            if any(tp.offset < 0 for tp in result.topic_partitions):
+                return False
+        return True
+
+    def stop_apps(self) -> None:
+        for app in self.apps:
+            app.stop()
+
+    def delete_topics(self) -> None:
+        admin = AdminClient(self.config)
+        for name, future in admin.delete_topics(self.topics, operation_timeout=30).items():
+            try:
+                future.result(30)
+            except KafkaException as exc:
+                if "UNKNOWN_TOPIC" not in str(exc):
+                    print(f"warning: cannot delete topic {name}: {exc}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------- phase A
+
+
+@dataclass
+class LatencyResult:
+    latencies: list[float]
+    missing: int
+    warmup_left_out: int
+    generated: int
+    gen_seconds: float
+    drain_s: float | None
+    wm_catch_up_s: float | None
+    observer_full_polls: int
+    observer_polls: int
+    observer_cpu_s: float
+    first_half_median: float | None
+    second_half_median: float | None
+    ready_s: float
+
+
+def phase_latency(chain: Chain) -> LatencyResult:
+    a = chain.args
+    chain.create_topics()
+    events_obs, windows_obs = chain.observers()
+    events_obs.start()
+    windows_obs.start()
+    gen: subprocess.Popen[bytes] | None = None
+    try:
+        t_start = time.monotonic()
+        window_app = chain.start_window()
+        window_app.wait_for_line("window tasks over partitions", a.startup_timeout)
+        ingest_app = chain.start_ingest(until_source_end=False)
+        deadline = time.monotonic() + a.startup_timeout
+        while not chain.ingest_tasks_committed():
+            window_app.check_running()
+            ingest_app.check_running()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"stream_ingest's tasks did not commit within {a.startup_timeout:g} s:\n"
+                                   f"{ingest_app.tail()}")
+            time.sleep(0.2)
+        ready_s = time.monotonic() - t_start
+        print(f"  both applications running {ready_s:.1f} s after launch; generating for {a.live_seconds:g} s",
+              flush=True)
+
+        gen_argv = [sys.executable, "-m", "spark_jobs.generate", "--topic", chain.source,
+                    "--bootstrap-servers", chain.servers, "--duration", str(a.live_seconds), "--rate", str(a.rate),
+                    "--speedup", str(a.speedup), "--keys", str(a.keys), "--disorder", a.disorder,
+                    "--seed", str(a.seed)]
+        gen_started = time.monotonic()
+        gen = subprocess.Popen(gen_argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True)
+        out, err = gen.communicate(timeout=a.live_seconds + 120)
+        gen_ended = time.monotonic()
+        if gen.returncode != 0:
+            raise RuntimeError(f"generator failed ({gen.returncode}): {err.decode(errors='replace')[-2000:]}")
+        generated = sum(orjson.loads(out.splitlines()[-1])["endOffsets"].values())
+
+        # Drain: every generated event on the events topic, and every window with a t0 has its result.
+        grace = gen_ended + a.grace
+        drain_s: float | None = None
+        while time.monotonic() < grace:
+            for app in chain.apps:
+                app.check_running()
+            if drain_s is None and events_obs.data >= generated and events_obs.last_data is not None:
+                drain_s = events_obs.last_data - gen_ended
+            closed = [e for e in _window_ends(events_obs, windows_obs, a) if events_obs.reached(e) is not None]
+            if drain_s is not None and all(e in windows_obs.result_seen for e in closed) and windows_obs.wm_ts \
+                    and events_obs.wm_ts and windows_obs.wm_ts[-1] >= events_obs.wm_ts[-1]:
+                break
+            time.sleep(0.1)
+        time.sleep(max(0.0, min(1.0, grace - time.monotonic())))  # a last moment for stragglers
+    finally:
+        if gen is not None and gen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(gen.pid, signal.SIGKILL)
+            gen.wait(10)
+        chain.stop_apps()
+        events_obs.halt()
+        windows_obs.halt()
+
+    # t0 per window end: the events watermark reaching it; t1: its first result on the windows topic.
+    warmup_until = gen_started + a.warmup
+    latencies: list[float] = []
+    missing = left_out = 0
+    for end in _window_ends(events_obs, windows_obs, a):
+        t0 = events_obs.reached(end)
+        if t0 is None:
+            continue
+        if t0 < warmup_until:
+            left_out += 1
+            continue
+        t1 = windows_obs.result_seen.get(end)
+        if t1 is None:
+            missing += 1
+        else:
+            latencies.append(t1 - t0)
+    final_wm = events_obs.wm_ts[-1] if events_obs.wm_ts else None
+    caught = windows_obs.reached(final_wm) if final_wm is not None else None
+    half = len(latencies) // 2
+    return LatencyResult(
+        latencies=latencies, missing=missing, warmup_left_out=left_out, generated=generated,
+        gen_seconds=gen_ended - gen_started, drain_s=drain_s,
+        wm_catch_up_s=None if caught is None else caught - gen_ended,
+        observer_full_polls=events_obs.full_polls, observer_polls=events_obs.polls, observer_cpu_s=events_obs.cpu_s,
+        first_half_median=statistics.median(latencies[:half]) if half else None,
+        second_half_median=statistics.median(latencies[half:]) if half else None,
+        ready_s=ready_s,
+    )
+
+
+def _window_ends(events_obs: Observer, windows_obs: Observer, a: argparse.Namespace) -> list[int]:
+    """Every window end the events watermark or the results have passed, in order."""
+    size = parse_duration(a.window)
+    ends = set(windows_obs.result_seen)
+    if events_obs.wm_ts:
+        lo = min(ends) if ends else events_obs.wm_ts[0] - events_obs.wm_ts[0] % size
+        hi = events_obs.wm_ts[-1]
+        ends.update(range(lo - lo % size + size, hi - hi % size + 1, size))
+    return sorted(ends)
+
+
+# ---------------------------------------------------------------------------------------------- phase B
+
+
+@dataclass
+class ThroughputResult:
+    events: int
+    prefill_s: float
+    launch_to_end_s: float
+    first_record_to_end_s: float
+    ingest_s: float
+    eos_propagation_s: float
+    window_rows: int
+    counted: int
+    late: int | None
+    observer_cpu_s: float
+    observer_full_polls: int
+
+
+def phase_throughput(chain: Chain) -> ThroughputResult:
+    a = chain.args
+    chain.create_topics()
+    t = time.monotonic()
+    # Event time spaced as in the live phase: `rate` events per second of event time.
+    fill_rate = 1_000_000.0
+    ends = generate(chain.config, chain.source, GeneratorConfig(
+        events=a.prefill_events, rate=fill_rate, speedup=fill_rate / a.rate * a.speedup, keys=a.keys,
+        disorder_ms=parse_duration(a.disorder), seed=a.seed))
+    prefill_s = time.monotonic() - t
+    events = sum(ends.values())
+    print(f"  prefilled {events:,} events in {prefill_s:.1f} s (not timed); starting the chain", flush=True)
+    events_obs, windows_obs = chain.observers()
+    events_obs.start()
+    windows_obs.start()
+    try:
+        launched = time.monotonic()
+        window_app = chain.start_window()
+        window_app.wait_for_line("window tasks over partitions", a.startup_timeout)
+        chain.start_ingest(until_source_end=True)
+        deadline = time.monotonic() + a.startup_timeout + a.throughput_timeout
+        while windows_obs.ended_at is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the chain did not reach end of stream on the windows topic in time")
+            for app in chain.apps:
+                if app.poll() not in (None, 0):
+                    app.check_running()
+            if windows_obs.error is not None or events_obs.error is not None:
+                break
+            time.sleep(0.05)
+        for app in chain.apps:  # they end by themselves; their summaries come at exit
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                app.proc.wait(60)
+    finally:
+        chain.stop_apps()
+        events_obs.halt()
+        windows_obs.halt()
+    assert events_obs.first_data is not None and events_obs.ended_at is not None
+    assert windows_obs.ended_at is not None
+    window_summary = chain.summary("stream_window")
+    late = None if window_summary is None else sum(int(t["late"]) for t in window_summary["tasks"])
+    return ThroughputResult(
+        events=events_obs.data, prefill_s=prefill_s, launch_to_end_s=windows_obs.ended_at - launched,
+        first_record_to_end_s=windows_obs.ended_at - events_obs.first_data,
+        ingest_s=events_obs.ended_at - events_obs.first_data,
+        eos_propagation_s=windows_obs.ended_at - events_obs.ended_at,
+        window_rows=windows_obs.result_records, counted=windows_obs.counted, late=late,
+        observer_cpu_s=events_obs.cpu_s + windows_obs.cpu_s, observer_full_polls=events_obs.full_polls,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--phases", default="latency,throughput", help="which phases to run, comma-separated")
+    p.add_argument("--watermark-interval", default="200ms",
+                   help="ingest's watermark and commit interval, and stream_window's commit interval")
+    p.add_argument("--window", default="1s", help="tumbling window length")
+    p.add_argument("--rate", type=float, default=2000.0, help="live generator rate, events/s (phase A); "
+                   "phase B spaces its event time the same way")
+    p.add_argument("--speedup", type=float, default=1.0, help="event time per wall-clock second (phase A)")
+    p.add_argument("--live-seconds", type=float, default=30.0, help="how long the generator writes (phase A)")
+    p.add_argument("--warmup", type=float, default=5.0, help="seconds of generation left out of the latency")
+    p.add_argument("--grace", type=float, default=10.0,
+                   help="after the generator stops, wait at most this long for the last results (phase A)")
+    p.add_argument("--prefill-events", type=int, default=200_000, help="backlog of phase B")
+    p.add_argument("--keys", type=int, default=100, help="distinct users (skewed)")
+    p.add_argument("--disorder", default="500ms", help="events are out of order by up to this")
+    p.add_argument("--allowed-lateness", default="500ms", help="ingest's watermark = event time read minus this")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--master", default="local[2]", help="Spark master of each application")
+    p.add_argument("--partitions", type=int, default=4, help="partitions of every topic")
+    p.add_argument("--tasks", type=int, default=2, help="long-running tasks per application")
+    p.add_argument("--observer-poll", type=float, default=0.01, help="observers' poll timeout, seconds")
+    p.add_argument("--observer-batch", type=int, default=20_000, help="observers' batch size")
+    p.add_argument("--startup-timeout", type=float, default=180.0, help="seconds for an application to start")
+    p.add_argument("--throughput-timeout", type=float, default=600.0, help="seconds for phase B's chain to end")
+    p.add_argument("--keep-topics", action="store_true", help="do not delete the topics at the end")
+    args = p.parse_args(argv)
+    phases = [x.strip() for x in args.phases.split(",") if x.strip()]
+    if not phases or any(x not in ("latency", "throughput") for x in phases):
+        p.error("--phases takes latency and/or throughput")
+    for text in (args.watermark_interval, args.window, args.disorder, args.allowed_lateness):
+        parse_duration(text)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    interval_s = parse_duration(args.watermark_interval) / 1000
+    goal_s = 1.0 + interval_s
+
+    work = Path(tempfile.mkdtemp(prefix="controlmsg-bench-streaming-"))
+    with kafka_cluster() as servers:
+        print(f"bench_streaming: {os.cpu_count()} cores (load {load()}), broker {servers}, master {args.master}, "
+              f"{args.partitions} partitions, {args.tasks} tasks per application; logs in {work}")
+        print(f"windows {args.window}, watermark/commit interval {args.watermark_interval}, disorder "
+              f"{args.disorder}, allowed lateness {args.allowed_lateness}, {args.keys} keys", flush=True)
+        chains: list[Chain] = []
+        lat: LatencyResult | None = None
+        thr: ThroughputResult | None = None
+        try:
+            if "latency" in phases:
+                chain = Chain(args, servers, work, "lat")
+                chains.append(chain)
+                print(f"\nphase A, latency (run {chain.run_id}): live generator {args.rate:,.0f} ev/s, "
+                      f"event time x{args.speedup:g}", flush=True)
+                lat = phase_latency(chain)
+                print_latency(lat, args, interval_s, goal_s)
+            if "throughput" in phases:
+                chain = Chain(args, servers, work, "thr")
+                chains.append(chain)
+                print(f"\nphase B, throughput (run {chain.run_id}): {args.prefill_events:,} events prefilled, "
+                      "chain with --until-source-end", flush=True)
+                thr = phase_throughput(chain)
+                print_throughput(thr)
+        finally:
+            for chain in chains:
+                chain.stop_apps()
+                if not args.keep_topics:
+                    chain.delete_topics()
+        print_summary(lat, thr, args, goal_s)
+    return 0
+
+
+def print_latency(r: LatencyResult, a: argparse.Namespace, interval_s: float, goal_s: float) -> None:
+    print(f"  generator wrote {r.generated:,} events in {r.gen_seconds:.1f} s "
+          f"({r.generated / r.gen_seconds:,.0f} ev/s)")
+    drain = "not within the grace period" if r.drain_s is None else f"{r.drain_s:+.2f} s after the generator stopped"
+    print(f"  last generated event on the events topic: {drain}")
+    catch = "never" if r.wm_catch_up_s is None else f"{r.wm_catch_up_s:+.2f} s after the generator stopped"
+    print(f"  windows-topic watermark reached the events topic's last watermark: {catch}")
+    behind = "never behind" if not r.observer_full_polls else "it WAS BEHIND: t0 may be late, latency low"
+    print(f"  events observer: {r.observer_full_polls} of {r.observer_polls:,} polls came back full "
+          f"(batch {a.observer_batch:,}: {behind}), {r.observer_cpu_s:.2f} s CPU")
+    print(f"  windows measured: {len(r.latencies)} ({r.warmup_left_out} closed in the {a.warmup:g} s warm-up "
+          f"left out, {r.missing} with no result)")
+    if r.latencies:
+        lat = r.latencies
+        print(f"  latency t1 - t0: median {statistics.median(lat):.3f} s, p90 {percentile(lat, 0.9):.3f} s, "
+              f"min {min(lat):.3f} s, max {max(lat):.3f} s (interval {interval_s:.3f} s, goal < {goal_s:.3f} s)")
+        if r.first_half_median is not None and r.second_half_median is not None:
+            print(f"  median latency, first half / second half of the windows: {r.first_half_median:.3f} s / "
+                  f"{r.second_half_median:.3f} s")
+
+
+def print_throughput(r: ThroughputResult) -> None:
+    print(f"  events through the chain: {r.events:,}; window results: {r.window_rows:,}")
+    print(f"  first committed event record -> windows end of stream: {r.first_record_to_end_s:.1f} s "
+          f"({r.events / r.first_record_to_end_s:,.0f} rec/s)")
+    print(f"  stream_window launched -> windows end of stream (JVM start-ups included): {r.launch_to_end_s:.1f} s "
+          f"({r.events / r.launch_to_end_s:,.0f} rec/s)")
+    print(f"  ingest hop alone, first record -> events end of stream: {r.ingest_s:.1f} s "
+          f"({r.events / r.ingest_s:,.0f} rec/s); end of stream events -> windows topic: {r.eos_propagation_s:.2f} s")
+    late = "?" if r.late is None else f"{r.late:,}"
+    check = "ok" if r.late is not None and r.counted + r.late == r.events else "MISMATCH"
+    print(f"  check: counts in the window results {r.counted:,} + late {late} = {r.events:,}: {check}")
+    print(f"  observers: {r.observer_cpu_s:.2f} s CPU in this process; events observer full polls: "
+          f"{r.observer_full_polls}")
+
+
+def print_summary(lat: LatencyResult | None, thr: ThroughputResult | None, a: argparse.Namespace,
+                  goal_s: float) -> None:
+    print()
+    print(f"{'measure':<58} value")
+    print(f"{'watermark interval (ingest) = commit interval (window)':<58} {a.watermark_interval}")
+    if lat is not None:
+        n = len(lat.latencies)
+        print(f"{'live generator rate (achieved)':<58} {lat.generated / lat.gen_seconds:,.0f} ev/s "
+              f"({lat.generated:,} events)")
+        print(f"{'windows measured (after warm-up)':<58} {n}" + (f" ({lat.missing} missing)" if lat.missing else ""))
+        if n:
+            over = sum(1 for x in lat.latencies if x >= goal_s)
+            p90 = percentile(lat.latencies, 0.9)
+            print(f"{'window-result latency, events wm >= E -> first result':<58} median "
+                  f"{statistics.median(lat.latencies):.3f} s  p90 {p90:.3f} s  max {max(lat.latencies):.3f} s")
+            verdict = "met" if over == 0 and not lat.missing else (
+                f"met on the p90, missed by {over} of {n} windows" if p90 < goal_s else
+                f"missed ({over} of {n} windows at or above)")
+            print(f"{f'goal: latency < 1 s + one interval = {goal_s:.3f} s':<58} {verdict}")
+    if thr is not None:
+        print(f"{'chain records/s, first event record -> windows EOS':<58} "
+              f"{thr.events / thr.first_record_to_end_s:,.0f} rec/s "
+              f"({thr.events:,} in {thr.first_record_to_end_s:.1f} s)")
+        print(f"{'chain records/s, from stream_window launch (JVMs incl.)':<58} "
+              f"{thr.events / thr.launch_to_end_s:,.0f} rec/s ({thr.launch_to_end_s:.1f} s)")
+        print(f"{'ingest hop records/s, first record -> events EOS':<58} {thr.events / thr.ingest_s:,.0f} rec/s")
+        print(f"{'ratio live rate / sustained chain rate':<58} {a.rate / (thr.events / thr.first_record_to_end_s):.3f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
