@@ -26,7 +26,8 @@ end E:
 * t1 = the moment the windows observer first sees a result record with ``window_end == E``;
 * latency(E) = t1 - t0: stream_window's reading, closing and committing, plus Kafka's transaction
   markers, seen from outside. The first hop (source -> ingest -> events) is not in it: t0 is defined on the
-  events topic.
+  events topic. Both stamps carry up to one observer poll (10 ms) of delay, and a transaction's markers
+  reach the partitions at slightly different moments, so a latency of a few ms below zero can appear.
 
 stream_window starts first; once its driver has launched its tasks, stream_ingest starts (unbounded: no
 ``--until-source-end``); once both ingest tasks have committed their first (empty) transaction (their
@@ -81,6 +82,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -332,6 +334,7 @@ class Chain:
         self.config: dict[str, Any] = {"bootstrap.servers": self.servers}
         self.env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
         self.apps: list[App] = []
+        self.admin = AdminClient(self.config)  # one for the run: each one destroyed logs a purge notice
 
     @property
     def topics(self) -> list[str]:
@@ -381,12 +384,11 @@ class Chain:
 
     def ingest_tasks_committed(self) -> bool:
         """True once every ingest task has committed a transaction (its consumer group holds offsets)."""
-        admin = AdminClient(self.config)
         for i in range(self.args.tasks):
             partitions = [TopicPartition(self.source, p) for p in range(i, self.args.partitions, self.args.tasks)]
             request = [ConsumerGroupTopicPartitions(ingest_group(self.events, self.run_id, i), partitions)]
             try:
-                result = next(iter(admin.list_consumer_group_offsets(request).values())).result(10)
+                result = next(iter(self.admin.list_consumer_group_offsets(request).values())).result(10)
             except KafkaException:
                 return False
             if any(tp.offset < 0 for tp in result.topic_partitions):
@@ -398,8 +400,7 @@ class Chain:
             app.stop()
 
     def delete_topics(self) -> None:
-        admin = AdminClient(self.config)
-        for name, future in admin.delete_topics(self.topics, operation_timeout=30).items():
+        for name, future in self.admin.delete_topics(self.topics, operation_timeout=30).items():
             try:
                 future.result(30)
             except KafkaException as exc:
@@ -419,6 +420,8 @@ class LatencyResult:
     gen_seconds: float
     drain_s: float | None
     wm_catch_up_s: float | None
+    lag_early_s: float | None
+    lag_late_s: float | None
     observer_full_polls: int
     observer_polls: int
     observer_cpu_s: float
@@ -451,10 +454,11 @@ def phase_latency(chain: Chain) -> LatencyResult:
         print(f"  both applications running {ready_s:.1f} s after launch; generating for {a.live_seconds:g} s",
               flush=True)
 
+        clock0_ms = int(time.time() * 1000)  # the generator's event clock starts here (given as --start)
         gen_argv = [sys.executable, "-m", "spark_jobs.generate", "--topic", chain.source,
                     "--bootstrap-servers", chain.servers, "--duration", str(a.live_seconds), "--rate", str(a.rate),
                     "--speedup", str(a.speedup), "--keys", str(a.keys), "--disorder", a.disorder,
-                    "--seed", str(a.seed)]
+                    "--seed", str(a.seed), "--start", datetime.fromtimestamp(clock0_ms / 1000, UTC).isoformat()]
         gen_started = time.monotonic()
         gen = subprocess.Popen(gen_argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                start_new_session=True)
@@ -506,10 +510,18 @@ def phase_latency(chain: Chain) -> LatencyResult:
     final_wm = events_obs.wm_ts[-1] if events_obs.wm_ts else None
     caught = windows_obs.reached(final_wm) if final_wm is not None else None
     half = len(latencies) // 2
+
+    def lag(t_from: float, t_to: float) -> float | None:
+        """Median wall-clock seconds the windows topic's watermark trails the generator's event clock."""
+        lags = [(clock0_ms + (t - gen_started) * 1000 * a.speedup - ts) / (1000 * a.speedup)
+                for t, ts in zip(windows_obs.wm_at, windows_obs.wm_ts, strict=True) if t_from <= t <= t_to]
+        return statistics.median(lags) if lags else None
     return LatencyResult(
         latencies=latencies, missing=missing, warmup_left_out=left_out, generated=generated,
         gen_seconds=gen_ended - gen_started, drain_s=drain_s,
         wm_catch_up_s=None if caught is None else caught - gen_ended,
+        lag_early_s=lag(warmup_until, warmup_until + a.lag_span),
+        lag_late_s=lag(gen_ended - a.lag_span, gen_ended),
         observer_full_polls=events_obs.full_polls, observer_polls=events_obs.polls, observer_cpu_s=events_obs.cpu_s,
         first_half_median=statistics.median(latencies[:half]) if half else None,
         second_half_median=statistics.median(latencies[half:]) if half else None,
@@ -536,6 +548,7 @@ class ThroughputResult:
     events: int
     prefill_s: float
     launch_to_end_s: float
+    driver_to_end_s: float
     first_record_to_end_s: float
     ingest_s: float
     eos_propagation_s: float
@@ -544,6 +557,8 @@ class ThroughputResult:
     late: int | None
     observer_cpu_s: float
     observer_full_polls: int
+    observer_polls: int
+    process_cpu_measured_s: float | None
 
 
 def phase_throughput(chain: Chain) -> ThroughputResult:
@@ -565,9 +580,13 @@ def phase_throughput(chain: Chain) -> ThroughputResult:
         launched = time.monotonic()
         window_app = chain.start_window()
         window_app.wait_for_line("window tasks over partitions", a.startup_timeout)
-        chain.start_ingest(until_source_end=True)
+        ingest_app = chain.start_ingest(until_source_end=True)
+        ingest_driver = ingest_app.wait_for_line("tasks over source partitions", a.startup_timeout)
         deadline = time.monotonic() + a.startup_timeout + a.throughput_timeout
+        cpu_at_first: float | None = None  # this process's CPU time when the first event record showed up
         while windows_obs.ended_at is None:
+            if cpu_at_first is None and events_obs.first_data is not None:
+                cpu_at_first = time.process_time()
             if time.monotonic() > deadline:
                 raise RuntimeError("the chain did not reach end of stream on the windows topic in time")
             for app in chain.apps:
@@ -576,6 +595,7 @@ def phase_throughput(chain: Chain) -> ThroughputResult:
             if windows_obs.error is not None or events_obs.error is not None:
                 break
             time.sleep(0.05)
+        cpu_measured = None if cpu_at_first is None else time.process_time() - cpu_at_first
         for app in chain.apps:  # they end by themselves; their summaries come at exit
             with contextlib.suppress(subprocess.TimeoutExpired):
                 app.proc.wait(60)
@@ -589,11 +609,13 @@ def phase_throughput(chain: Chain) -> ThroughputResult:
     late = None if window_summary is None else sum(int(t["late"]) for t in window_summary["tasks"])
     return ThroughputResult(
         events=events_obs.data, prefill_s=prefill_s, launch_to_end_s=windows_obs.ended_at - launched,
+        driver_to_end_s=windows_obs.ended_at - ingest_driver,
         first_record_to_end_s=windows_obs.ended_at - events_obs.first_data,
         ingest_s=events_obs.ended_at - events_obs.first_data,
         eos_propagation_s=windows_obs.ended_at - events_obs.ended_at,
         window_rows=windows_obs.result_records, counted=windows_obs.counted, late=late,
         observer_cpu_s=events_obs.cpu_s + windows_obs.cpu_s, observer_full_polls=events_obs.full_polls,
+        observer_polls=events_obs.polls, process_cpu_measured_s=cpu_measured,
     )
 
 
@@ -611,9 +633,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--speedup", type=float, default=1.0, help="event time per wall-clock second (phase A)")
     p.add_argument("--live-seconds", type=float, default=30.0, help="how long the generator writes (phase A)")
     p.add_argument("--warmup", type=float, default=5.0, help="seconds of generation left out of the latency")
+    p.add_argument("--lag-span", type=float, default=3.0,
+                   help="seconds over which the watermark lag is taken, after the warm-up and before the end")
     p.add_argument("--grace", type=float, default=10.0,
                    help="after the generator stops, wait at most this long for the last results (phase A)")
-    p.add_argument("--prefill-events", type=int, default=200_000, help="backlog of phase B")
+    p.add_argument("--prefill-events", type=int, default=300_000, help="backlog of phase B")
     p.add_argument("--keys", type=int, default=100, help="distinct users (skewed)")
     p.add_argument("--disorder", default="500ms", help="events are out of order by up to this")
     p.add_argument("--allowed-lateness", default="500ms", help="ingest's watermark = event time read minus this")
@@ -670,12 +694,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def print_latency(r: LatencyResult, a: argparse.Namespace, interval_s: float, goal_s: float) -> None:
-    print(f"  generator wrote {r.generated:,} events in {r.gen_seconds:.1f} s "
-          f"({r.generated / r.gen_seconds:,.0f} ev/s)")
-    drain = "not within the grace period" if r.drain_s is None else f"{r.drain_s:+.2f} s after the generator stopped"
-    print(f"  last generated event on the events topic: {drain}")
-    catch = "never" if r.wm_catch_up_s is None else f"{r.wm_catch_up_s:+.2f} s after the generator stopped"
-    print(f"  windows-topic watermark reached the events topic's last watermark: {catch}")
+    print(f"  generator wrote {r.generated:,} events in its {a.live_seconds:g} s ({r.generated / a.live_seconds:,.0f} "
+          f"ev/s; the process ran {r.gen_seconds:.1f} s with start-up and exit)")
+    def fmt(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.2f} s"
+
+    print(f"  windows-topic watermark behind the generator's event clock (wall-clock s; includes the allowed "
+          f"lateness): {fmt(r.lag_early_s)} in the {a.lag_span:g} s after the warm-up, {fmt(r.lag_late_s)} in the "
+          f"last {a.lag_span:g} s of generation")
+    drain = "not within the grace period" if r.drain_s is None else f"{r.drain_s:+.2f} s"
+    catch = "never" if r.wm_catch_up_s is None else f"{r.wm_catch_up_s:+.2f} s"
+    print(f"  relative to the generator's exit (it exits ~0.1-0.5 s after its last write: flush, end offsets): "
+          f"last event on the events topic {drain}, windows watermark caught up with the events topic's {catch}")
     behind = "never behind" if not r.observer_full_polls else "it WAS BEHIND: t0 may be late, latency low"
     print(f"  events observer: {r.observer_full_polls} of {r.observer_polls:,} polls came back full "
           f"(batch {a.observer_batch:,}: {behind}), {r.observer_cpu_s:.2f} s CPU")
@@ -694,6 +724,8 @@ def print_throughput(r: ThroughputResult) -> None:
     print(f"  events through the chain: {r.events:,}; window results: {r.window_rows:,}")
     print(f"  first committed event record -> windows end of stream: {r.first_record_to_end_s:.1f} s "
           f"({r.events / r.first_record_to_end_s:,.0f} rec/s)")
+    print(f"  stream_ingest's driver launching its tasks -> windows end of stream (task start-up included): "
+          f"{r.driver_to_end_s:.1f} s ({r.events / r.driver_to_end_s:,.0f} rec/s)")
     print(f"  stream_window launched -> windows end of stream (JVM start-ups included): {r.launch_to_end_s:.1f} s "
           f"({r.events / r.launch_to_end_s:,.0f} rec/s)")
     print(f"  ingest hop alone, first record -> events end of stream: {r.ingest_s:.1f} s "
@@ -701,8 +733,16 @@ def print_throughput(r: ThroughputResult) -> None:
     late = "?" if r.late is None else f"{r.late:,}"
     check = "ok" if r.late is not None and r.counted + r.late == r.events else "MISMATCH"
     print(f"  check: counts in the window results {r.counted:,} + late {late} = {r.events:,}: {check}")
-    print(f"  observers: {r.observer_cpu_s:.2f} s CPU in this process; events observer full polls: "
-          f"{r.observer_full_polls}")
+    cores = os.cpu_count() or 1
+    if r.process_cpu_measured_s is not None:
+        share = r.process_cpu_measured_s / (r.first_record_to_end_s * cores)
+        print(f"  this process (the observers) used {r.process_cpu_measured_s:.2f} s CPU over the "
+              f"{r.first_record_to_end_s:.1f} s measured: {share:.0%} of the {cores} cores, taken from the chain")
+    behind = ("never behind" if not r.observer_full_polls else
+              "it was behind at times: the events topic's end-of-stream moment may be late, so the ingest hop's "
+              "rate may be low and the EOS propagation short; the chain figure is not affected")
+    print(f"  events observer: {r.observer_full_polls} of {r.observer_polls:,} polls came back full ({behind}); "
+          f"observers' CPU over the whole phase {r.observer_cpu_s:.2f} s")
 
 
 def print_summary(lat: LatencyResult | None, thr: ThroughputResult | None, a: argparse.Namespace,
@@ -712,7 +752,7 @@ def print_summary(lat: LatencyResult | None, thr: ThroughputResult | None, a: ar
     print(f"{'watermark interval (ingest) = commit interval (window)':<58} {a.watermark_interval}")
     if lat is not None:
         n = len(lat.latencies)
-        print(f"{'live generator rate (achieved)':<58} {lat.generated / lat.gen_seconds:,.0f} ev/s "
+        print(f"{'live generator rate (achieved)':<58} {lat.generated / a.live_seconds:,.0f} ev/s "
               f"({lat.generated:,} events)")
         print(f"{'windows measured (after warm-up)':<58} {n}" + (f" ({lat.missing} missing)" if lat.missing else ""))
         if n:
@@ -728,10 +768,14 @@ def print_summary(lat: LatencyResult | None, thr: ThroughputResult | None, a: ar
         print(f"{'chain records/s, first event record -> windows EOS':<58} "
               f"{thr.events / thr.first_record_to_end_s:,.0f} rec/s "
               f"({thr.events:,} in {thr.first_record_to_end_s:.1f} s)")
-        print(f"{'chain records/s, from stream_window launch (JVMs incl.)':<58} "
+        print(f"{'  same, from stream_ingest launching its tasks':<58} "
+              f"{thr.events / thr.driver_to_end_s:,.0f} rec/s ({thr.driver_to_end_s:.1f} s)")
+        print(f"{'  same, from stream_window process launch (JVMs incl.)':<58} "
               f"{thr.events / thr.launch_to_end_s:,.0f} rec/s ({thr.launch_to_end_s:.1f} s)")
         print(f"{'ingest hop records/s, first record -> events EOS':<58} {thr.events / thr.ingest_s:,.0f} rec/s")
-        print(f"{'ratio live rate / sustained chain rate':<58} {a.rate / (thr.events / thr.first_record_to_end_s):.3f}")
+        print(f"{'end of stream, events topic -> windows topic':<58} {thr.eos_propagation_s:.2f} s")
+        print(f"{'ratio live rate / sustained chain rate (headroom)':<58} "
+              f"{a.rate / (thr.events / thr.first_record_to_end_s):.3f}")
 
 
 if __name__ == "__main__":

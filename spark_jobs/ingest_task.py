@@ -75,6 +75,10 @@ def parse_event_time(value: Any) -> int | None:
 
 @dataclass(frozen=True)
 class IngestSummary:
+    """What an ingest task did over the whole run, across restarts (the counters are committed with the
+    source offsets): records written, rejects, its last watermark, whether it wrote its end of stream,
+    transactions committed, and how often it went idle."""
+
     records: int
     rejects: int
     watermark: int | None
@@ -105,12 +109,14 @@ def run_ingest_task(
     until: Mapping[int, int] | None = None,
     stop: Callable[[int], bool] | None = None,
     idle_timeout_s: float | None = 10.0,
+    max_rate: float | None = None,
 ) -> IngestSummary:
     """Run the task until its source partitions reach ``until`` (then end its stream) or
     ``stop(records_written_so_far)`` is true (then commit and return without ending). Blocks. Raises
     ReadError/DeliveryError on Kafka errors; an uncommitted transaction is then aborted by the next start
     of the same task (same transactional id). ``idle_timeout_s``: how long a source partition at its end
-    may give nothing before it counts as idle (``None``: never).
+    may give nothing before it counts as idle (``None``: never). ``max_rate``: read at most this many
+    source records per second (to replay a backlog without flooding the next job; ``None``: no limit).
     """
     group = _group(output_topic, run_id, task_index)
     consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False,
@@ -124,24 +130,42 @@ def run_ingest_task(
         max_event: dict[int, int] = {}  # per source partition: the largest event time read from it
         last_mark: int | None = None
         task_idle = False  # the last watermark this task wrote said idle
+        ended = bool(committed)  # every partition's committed state says the task wrote its end
+        counts = {"records": 0, "rejects": 0, "commits": 0, "idlePeriods": 0}  # over the run, across restarts
         for tp in committed:
             positions[tp.partition] = tp.offset if tp.offset >= 0 else 0
-            if tp.metadata:
-                state = orjson.loads(tp.metadata)
-                if state.get("maxEvent") is not None:
-                    max_event[tp.partition] = state["maxEvent"]
-                if state.get("lastMark") is not None:
-                    last_mark = state["lastMark"] if last_mark is None else max(last_mark, state["lastMark"])
-                task_idle = task_idle or bool(state.get("idle"))
+            state = orjson.loads(tp.metadata) if tp.metadata else {}
+            if state.get("maxEvent") is not None:
+                max_event[tp.partition] = state["maxEvent"]
+            if state.get("lastMark") is not None:
+                last_mark = state["lastMark"] if last_mark is None else max(last_mark, state["lastMark"])
+            task_idle = task_idle or bool(state.get("idle"))
+            ended = ended and bool(state.get("ended"))
+            for name in counts:  # the same task-wide values are in every partition's metadata
+                counts[name] = max(counts[name], int(state.get(name, 0)))
+        records, rejected, commits, idle_periods = (counts[n] for n in ("records", "rejects", "commits", "idlePeriods"))
+        if ended:  # a restart after the end: everything is committed, nothing is written again
+            writer.close()
+            return IngestSummary(records, rejected, last_mark, True, commits, idle_periods)
         consumer.assign([TopicPartition(source_topic, p, o) for p, o in positions.items()])
-        records = rejected = commits = idle_periods = 0
         last_seen = dict.fromkeys(positions, time.monotonic())  # per source partition: when it last gave a record
         next_commit = time.monotonic() + watermark_interval_s
-        ended = False
+        credit, credited_at = 0.0, time.monotonic()  # max_rate: a token bucket holding at most 0.1 s of records
         while True:
             done = until is not None and all(positions[p] >= until.get(p, 0) for p in positions)
             stopping = done or (stop is not None and stop(records))
-            msgs = [] if stopping else cast(list[Any], consumer.consume(1000, 0.1))
+            batch = 1000
+            if max_rate is not None and not stopping:
+                clock = time.monotonic()
+                credit = min(max(1.0, max_rate / 10), credit + (clock - credited_at) * max_rate)
+                credited_at = clock
+                if credit < 1:
+                    time.sleep((1 - credit) / max_rate)
+                    continue
+                batch = min(batch, int(credit))
+            msgs = [] if stopping else cast(list[Any], consumer.consume(batch, 0.1))
+            if max_rate is not None:
+                credit -= len(msgs)
             now = time.monotonic()
             for msg in msgs:
                 if msg.error() is not None:
@@ -188,7 +212,9 @@ def run_ingest_task(
                     ended = True
                 offsets = [
                     TopicPartition(source_topic, q, o, metadata=orjson.dumps(
-                        {"maxEvent": max_event.get(q), "lastMark": last_mark, "idle": task_idle}).decode())
+                        {"maxEvent": max_event.get(q), "lastMark": last_mark, "idle": task_idle, "ended": ended,
+                         "records": records, "rejects": rejected, "commits": commits + 1,
+                         "idlePeriods": idle_periods}).decode())
                     for q, o in positions.items()
                 ]
                 writer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata())

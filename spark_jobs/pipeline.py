@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-timeout", default="10s",
                    help="with --streaming: a quiet source partition stops holding the watermark back after this "
                         "('never': it holds it until it gives records again)")
+    p.add_argument("--max-rate", type=float,
+                   help="with --streaming: read at most this many source records/s per ingest task")
     p.add_argument("--key", required=True)
     p.add_argument("--event-time", required=True)
     p.add_argument("--window", required=True, help="e.g. 15m, 1h, 1d")
@@ -112,6 +114,8 @@ def _job_args(job: str, args: argparse.Namespace, servers: str, run_id: str, run
                  "--topic", events, "--partitions", str(args.partitions), "--tasks", str(args.tasks),
                  "--allowed-lateness", args.allowed_lateness, "--watermark-interval", args.watermark_interval,
                  "--idle-timeout", args.idle_timeout, *carry]
+        if args.max_rate is not None:
+            extra += ["--max-rate", str(args.max_rate)]
         if args.until_source_end:
             extra.append("--until-source-end")
     elif job == "window_aggregate":

@@ -38,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-timeout", default="10s",
                    help="a source partition at its end that gives nothing this long is idle and stops holding the "
                         "watermark back (docs/PROTOCOL.md); 'never' to wait for it forever")
+    p.add_argument("--max-rate", type=float, help="read at most this many source records/s per task (default: "
+                   "no limit); replays a backlog gently")
     p.add_argument("--until-source-end", action="store_true",
                    help="end the stream at the source's end offsets taken at start")
     p.add_argument("--rejects-topic", help="default: <topic>-rejects")
@@ -65,14 +67,14 @@ def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str
     log.info("%d tasks over source partitions %s -> %s (%s)", args.tasks, owned, args.topic,
              f"until offsets {until}" if until is not None else "unbounded")
     source, topic, run_id, key, event_time = args.source_topic, args.topic, args.run_id, args.key, args.event_time
-    carry, tasks = tuple(args.carry), args.tasks
+    carry, tasks, max_rate = tuple(args.carry), args.tasks, args.max_rate
 
     def body(i: int) -> dict[str, Any]:
         summary = run_ingest_task(
             config, source_topic=source, source_partitions=owned[i], output_topic=topic,
             rejects_topic=rejects_topic, run_id=run_id, task_index=i, task_count=tasks, key_field=key,
             event_time_field=event_time, carry=carry, allowed_lateness_ms=lateness, watermark_interval_s=interval,
-            until=until, idle_timeout_s=idle_timeout)
+            until=until, idle_timeout_s=idle_timeout, max_rate=max_rate)
         return asdict(summary)
 
     summaries = run_long_running_tasks(spark, tasks, body)
