@@ -29,9 +29,9 @@ end E:
   events topic. Both stamps carry up to one observer poll (10 ms) of delay, and a transaction's markers
   reach the partitions at slightly different moments, so a latency of a few ms below zero can appear.
 
-stream_window starts first; once its driver has launched its tasks, stream_ingest starts (unbounded: no
-``--until-source-end``); once both ingest tasks have committed their first (empty) transaction (their
-consumer groups hold offsets), ``python -m spark_jobs.generate`` writes live for ``--live-seconds`` at
+Both applications start at once, stream_ingest unbounded (no ``--until-source-end``); once both ingest
+tasks have committed their first (empty) transaction (their consumer groups hold offsets) and
+stream_window's driver has launched its tasks, ``python -m spark_jobs.generate`` writes live for ``--live-seconds`` at
 ``--rate`` events/s, event time following the wall clock times ``--speedup`` (so with 1 s windows and
 speedup 1, one window closes per second). Windows whose t0 falls in the first ``--warmup`` seconds of
 generation are left out (the first watermark needs every source partition to have yielded a record, and
@@ -68,6 +68,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import contextlib
+import itertools
 import math
 import os
 import shutil
@@ -422,6 +423,8 @@ class LatencyResult:
     wm_catch_up_s: float | None
     lag_early_s: float | None
     lag_late_s: float | None
+    wm_step_events_s: float | None
+    wm_step_windows_s: float | None
     observer_full_polls: int
     observer_polls: int
     observer_cpu_s: float
@@ -439,8 +442,8 @@ def phase_latency(chain: Chain) -> LatencyResult:
     gen: subprocess.Popen[bytes] | None = None
     try:
         t_start = time.monotonic()
+        # Both at once (nothing is generated before both run, so the order does not matter here).
         window_app = chain.start_window()
-        window_app.wait_for_line("window tasks over partitions", a.startup_timeout)
         ingest_app = chain.start_ingest(until_source_end=False)
         deadline = time.monotonic() + a.startup_timeout
         while not chain.ingest_tasks_committed():
@@ -450,6 +453,7 @@ def phase_latency(chain: Chain) -> LatencyResult:
                 raise RuntimeError(f"stream_ingest's tasks did not commit within {a.startup_timeout:g} s:\n"
                                    f"{ingest_app.tail()}")
             time.sleep(0.2)
+        window_app.wait_for_line("window tasks over partitions", max(1.0, deadline - time.monotonic()))
         ready_s = time.monotonic() - t_start
         print(f"  both applications running {ready_s:.1f} s after launch; generating for {a.live_seconds:g} s",
               flush=True)
@@ -520,6 +524,8 @@ def phase_latency(chain: Chain) -> LatencyResult:
         latencies=latencies, missing=missing, warmup_left_out=left_out, generated=generated,
         gen_seconds=gen_ended - gen_started, drain_s=drain_s,
         wm_catch_up_s=None if caught is None else caught - gen_ended,
+        wm_step_events_s=_median_step(events_obs.wm_at, warmup_until, gen_ended),
+        wm_step_windows_s=_median_step(windows_obs.wm_at, warmup_until, gen_ended),
         lag_early_s=lag(warmup_until, warmup_until + a.lag_span),
         lag_late_s=lag(gen_ended - a.lag_span, gen_ended),
         observer_full_polls=events_obs.full_polls, observer_polls=events_obs.polls, observer_cpu_s=events_obs.cpu_s,
@@ -527,6 +533,13 @@ def phase_latency(chain: Chain) -> LatencyResult:
         second_half_median=statistics.median(latencies[half:]) if half else None,
         ready_s=ready_s,
     )
+
+
+def _median_step(moments: list[float], t_from: float, t_to: float) -> float | None:
+    """The median time between successive moments inside [t_from, t_to]."""
+    inside = [t for t in moments if t_from <= t <= t_to]
+    steps = [b - a for a, b in itertools.pairwise(inside)]
+    return statistics.median(steps) if steps else None
 
 
 def _window_ends(events_obs: Observer, windows_obs: Observer, a: argparse.Namespace) -> list[int]:
@@ -702,6 +715,8 @@ def print_latency(r: LatencyResult, a: argparse.Namespace, interval_s: float, go
     print(f"  windows-topic watermark behind the generator's event clock (wall-clock s; includes the allowed "
           f"lateness): {fmt(r.lag_early_s)} in the {a.lag_span:g} s after the warm-up, {fmt(r.lag_late_s)} in the "
           f"last {a.lag_span:g} s of generation")
+    print(f"  watermark advanced every {fmt(r.wm_step_events_s)} on the events topic, every "
+          f"{fmt(r.wm_step_windows_s)} on the windows topic (median; interval {a.watermark_interval})")
     drain = "not within the grace period" if r.drain_s is None else f"{r.drain_s:+.2f} s"
     catch = "never" if r.wm_catch_up_s is None else f"{r.wm_catch_up_s:+.2f} s"
     print(f"  relative to the generator's exit (it exits ~0.1-0.5 s after its last write: flush, end offsets): "

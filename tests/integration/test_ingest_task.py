@@ -117,6 +117,38 @@ def test_stop_and_restart_loses_and_duplicates_nothing(kafka_config: dict[str, A
         assert marks == sorted(set(marks))  # never back, even across the restart
 
 
+def test_a_restart_after_the_end_writes_nothing_again(kafka_config: dict[str, Any],
+                                                      new_topic: Callable[..., str]) -> None:
+    source, ends = source_with_rejects(kafka_config, new_topic)
+    out, rejects = new_topic(3, prefix="events"), new_topic(1, prefix="rejects")
+    first = run_two_tasks(kafka_config, source, out, rejects, ends)
+    again = run_two_tasks(kafka_config, source, out, rejects, ends)
+    assert all(s.ended for s in again)
+    assert [(s.records, s.rejects, s.watermark, s.commits) for s in again] == [
+        (s.records, s.rejects, s.watermark, s.commits) for s in first]  # the committed counters, nothing new
+    assert len(read_output(kafka_config, out)) == 3000
+    eos = [m for m in dump_plain(kafka_config, out) if m.value()[0] == 2]
+    assert len(eos) == 2 * 3  # each task's end of stream once on each of the 3 partitions
+
+
+def dump_plain(kafka_config: dict[str, Any], topic: str) -> list[Any]:
+    consumer = Consumer({**kafka_config, "group.id": "plain", "isolation.level": "read_committed",
+                         "enable.partition.eof": True})
+    count = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(count)])
+    got: list[Any] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + 30
+    while len(at_end) < count and time.monotonic() < deadline:
+        for m in consumer.consume(1000, 0.2):
+            if m.error() is None:
+                got.append(m)
+            else:
+                at_end.add(m.partition())
+    consumer.close()
+    return got
+
+
 def test_kill_9_mid_transaction_then_restart(kafka_config: dict[str, Any], bootstrap_servers: str,
                                              new_topic: Callable[..., str]) -> None:
     """A task process killed with SIGKILL while it writes: its open transaction is aborted when the task

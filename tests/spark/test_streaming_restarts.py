@@ -148,22 +148,3 @@ def test_kill_9_of_a_job_mid_run_then_restart(victim: str, spark: SparkSession, 
         assert all(t["resumed"] for t in window["tasks"])  # from the state topic, not from scratch
     check_wire(kafka_config, chain.events_topic, tasks=2)
     check_wire(kafka_config, chain.windows_topic, tasks=2)
-
-
-def test_restart_of_a_finished_ingest_writes_nothing_again(kafka_config: dict[str, Any], bootstrap_servers: str,
-                                                           new_topic: Callable[..., str], tmp_path: Path) -> None:
-    """Started again after its end of stream, the ingest finds its committed state at the end and ends
-    at once: no second end of stream, no record twice."""
-    source = new_topic(2, prefix="raw")
-    generate(kafka_config, source, GeneratorConfig(events=500, rate=1e6, keys=5, start_ms=1_767_225_600_000,
-                                                   speedup=1e4, seed=3))
-    chain = Chain(bootstrap_servers, source, tmp_path)
-    try:
-        for _ in range(2):
-            chain.start("stream_ingest")
-            chain.wait(240)
-    finally:
-        chain.close()
-    data = [r for r in dump_topic(kafka_config, chain.events_topic) if r.kind == "data"]
-    assert len(data) == 500 and len({r.value["id"] for r in data}) == 500
-    check_wire(kafka_config, chain.events_topic, tasks=2)
