@@ -4,17 +4,21 @@ the pyspark installation)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
+from spark_jobs.generate import GeneratorConfig, generate
 from spark_jobs.standalone import Cluster, start_cluster, stop_cluster
 
 from .test_pipeline_oracle import SAMPLE, assert_matches_oracle
+from .test_streaming_pipeline import dump_source
 
 OPTS = ["--input", str(SAMPLE), "--key", "user", "--event-time", "event_time", "--window", "1h",
         "--sum", "amount", "--sum", "items", "--null-value", "NA"]
@@ -78,3 +82,30 @@ def test_pipeline_on_standalone_cluster(spark: SparkSession, bootstrap_servers: 
     # The work ran in executors the worker launched, not in the drivers.
     executors = list((cluster.directory / "work").glob("app-*/*/stderr"))
     assert len({p.parent.parent for p in executors}) == 3
+
+
+def test_streaming_pipeline_on_standalone_cluster(spark: SparkSession, kafka_config: dict[str, Any],
+                                                  bootstrap_servers: str, new_topic: Callable[..., str],
+                                                  cluster: Cluster, tmp_path: Path) -> None:
+    """The streaming chain (long-running tasks in executors of the cluster's worker), bounded by
+    --until-source-end: ends by itself, equal to the oracle."""
+    source = new_topic(4, prefix="raw")
+    ends = generate(kafka_config, source, GeneratorConfig(events=4000, rate=1e6, keys=30, disorder_ms=5000,
+                                                          start_ms=1_767_225_600_000, speedup=1e5, seed=5))
+    events = tmp_path / "events.jsonl"
+    dump_source(kafka_config, source, ends, events)
+    output = tmp_path / "windows.csv"
+    done = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.pipeline", "windowed-count", "--streaming", "--source-topic", source,
+         "--until-source-end", "--key", "user", "--event-time", "event_time", "--window", "1m", "--sum", "amount",
+         "--allowed-lateness", "10s", "--watermark-interval", "300ms", "--output", str(output),
+         "--bootstrap-servers", bootstrap_servers, "--partitions", "3", "--tasks", "2",
+         "--master", cluster.master_url, "--spark-conf", "spark.cores.max=2",
+         "--spark-conf", "spark.executor.memory=1g", "--timeout", "300", "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_matches_oracle(spark, str(output), input_path=str(events), key="user", event_time="event_time",
+                          window="1m", sums=["amount"])
+    window = json.loads((tmp_path / "run" / "stream_window.json").read_text())
+    assert all(task["ended"] and task["late"] == 0 for task in window["tasks"])
