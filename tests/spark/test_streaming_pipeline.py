@@ -8,14 +8,20 @@ import json
 import subprocess
 import sys
 import time
+import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
+from spark_jobs.common import topic_names
 from spark_jobs.generate import GeneratorConfig, generate
+from spark_jobs.ingest_task import parse_event_time
+from spark_jobs.window_task import LATE_REASON
 
 from .test_pipeline_oracle import assert_matches_oracle
 
@@ -34,24 +40,67 @@ def dump_source(kafka_config: dict[str, Any], topic: str, ends: dict[int, int], 
 def test_streaming_pipeline_until_source_end(spark: SparkSession, kafka_config: dict[str, Any],
                                              bootstrap_servers: str, new_topic: Callable[..., str],
                                              tmp_path: Path) -> None:
+    """Ten minutes of event time over 40 users, 3% of the events ten minutes late: the late ones the
+    window job met behind its watermark are in the late topic, counted, naming their upstream task; the
+    output equals the oracle over the other events; every event is in exactly one of the two."""
     source = new_topic(4, prefix="raw")
     ends = generate(kafka_config, source, GeneratorConfig(events=6000, rate=1e6, keys=40, disorder_ms=5000,
-                                                          start_ms=1_767_225_600_000, speedup=600.0, seed=8))
+                                                          late_fraction=0.03, late_by_ms=600_000,
+                                                          start_ms=1_767_225_600_000, speedup=1e5, seed=8))
     events = tmp_path / "events.jsonl"
     dump_source(kafka_config, source, ends, events)
     output = tmp_path / "windows.csv"
+    run_id = f"late-{uuid.uuid4().hex[:8]}"
     done = subprocess.run(
         [sys.executable, "-m", "spark_jobs.pipeline", "windowed-count", "--streaming", "--source-topic", source,
          "--until-source-end", "--key", "user", "--event-time", "event_time", "--window", "1m", "--sum", "amount",
          "--allowed-lateness", "10s", "--watermark-interval", "300ms", "--output", str(output),
+         # paced (about 10 s), so the watermark moves while the input is read and late events meet it
+         "--max-rate", "300",
          "--bootstrap-servers", bootstrap_servers, "--partitions", "3", "--tasks", "2", "--master", "local[2]",
-         "--timeout", "240", "--run-dir", str(tmp_path / "run")],
+         "--timeout", "240", "--run-id", run_id, "--run-dir", str(tmp_path / "run")],
         capture_output=True, text=True, timeout=600, check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "late records (behind the watermark" in done.stdout and ": 0" in done.stdout
-    rows = assert_matches_oracle(spark, str(output), input_path=str(events), key="user", event_time="event_time",
-                                 window="1m", sums=["amount"])
+    late_topic = f"{topic_names(run_id)[1]}-late"
+    late = read_late(kafka_config, late_topic)
     summary = json.loads((tmp_path / "run" / "stream_window.json").read_text())
+    assert sum(task["late"] for task in summary["tasks"]) == len(late) > 0
+    assert f"late records (behind the watermark, in {late_topic}): {len(late)}" in done.stdout
+    assert all(v["event_ms"] < v["watermark"] and v["upstream_task"].startswith(f"ingest-{run_id}-s") for v in late)
+    # The oracle over the events that were not late; each late event is one of the input's.
+    on_time = tmp_path / "on_time.jsonl"
+    left = Counter((v["key"], v["event_ms"], v["amount"]) for v in late)
+    kept = []
+    for line in events.read_bytes().splitlines():
+        e = orjson.loads(line)
+        mark = (e["user"], parse_event_time(e["event_time"]), e["amount"])
+        if left[mark] > 0:
+            left[mark] -= 1
+        else:
+            kept.append(line)
+    assert +left == Counter(), f"late records that are not input events: {+left}"
+    on_time.write_bytes(b"\n".join(kept) + b"\n")
+    rows = assert_matches_oracle(spark, str(output), input_path=str(on_time), key="user", event_time="event_time",
+                                 window="1m", sums=["amount"])
+    assert rows > 200
     assert all(task["ended"] for task in summary["tasks"])
     assert sum(task["windows_emitted"] for task in summary["tasks"]) == rows  # each window written once
+
+
+def read_late(kafka_config: dict[str, Any], topic: str) -> list[dict[str, Any]]:
+    """Every late record (JSON body) of the side topic; malformed ones would fail the test."""
+    consumer = Consumer({**kafka_config, "group.id": "late", "isolation.level": "read_committed",
+                         "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        msgs = consumer.consume(1000, 0.5)
+        if any(m.error() is not None for m in msgs):
+            got += [orjson.loads(m.value()) for m in msgs if m.error() is None]
+            break
+        got += [orjson.loads(m.value()) for m in msgs]
+    consumer.close()
+    assert all(v["reason"] == LATE_REASON for v in got)
+    return got
