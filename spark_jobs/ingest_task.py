@@ -163,7 +163,8 @@ def run_ingest_task(
                     time.sleep((1 - credit) / max_rate)
                     continue
                 batch = min(batch, int(credit))
-            msgs = [] if stopping else cast(list[Any], consumer.consume(batch, 0.1))
+            wait = max(0.0, min(0.1, next_commit - time.monotonic()))  # never past the next watermark
+            msgs = [] if stopping else cast(list[Any], consumer.consume(batch, wait))
             if max_rate is not None:
                 credit -= len(msgs)
             now = time.monotonic()

@@ -11,8 +11,9 @@ will later run inside a Spark task, but needs no Spark.
 2. On every ``WatermarkAdvanced(ts)``: the windows it closes are written to ``output_topic`` as
    ``{"key", "window_start", "window_end", "count", "sum_<c>"...}`` keyed by the window key, then the
    task's own watermark ``ts`` goes to every output partition.
-3. Every ``commit_interval_s``: one Kafka transaction commits the output and late records written since
-   the last commit together with a **state record** (input offsets, the reader's bookkeeping snapshot, the
+3. As soon as a watermark has closed windows, and otherwise every ``commit_interval_s``: one Kafka
+   transaction commits the output and late records written since the last commit together with a
+   **state record** (input offsets, the reader's bookkeeping snapshot, the
    window snapshot, the output watermark, counters) keyed ``f"{run_id}/{task_index}"`` in the compacted
    ``state_topic``. A restart resumes from the latest committed state record; whatever an interrupted
    task wrote after its last commit is aborted (or fenced by the next task's ``init_transactions``), so
@@ -277,11 +278,15 @@ class _Task:
                 "upstream_task": record.upstream_task, "upstream_partition": record.partition}
         self.writer.produce_to(self.late_topic, orjson.dumps(body), record.key, -1, self._origin(record, LATE_REASON))
 
-    def on_watermark(self, ts: int) -> None:
-        self.emit(self.windows.advance(ts))
+    def on_watermark(self, ts: int) -> bool:
+        """Close the windows ``ts`` passes, write them and the task's own watermark. Returns whether any
+        window closed (then the caller commits at once: results become readable one commit later)."""
+        closed = self.windows.advance(ts)
+        self.emit(closed)
         if self.output_watermark is None or ts > self.output_watermark:
             self.writer.send_watermark(ts)
             self.output_watermark = ts
+        return bool(closed)
 
     def commit(self) -> None:
         """Add the state record to the open transaction and commit it with everything written since."""
@@ -381,12 +386,12 @@ def run_window_task(
                     task.commit()
                 break
             items = task.reader.poll(max(0.0, min(0.1, next_commit - time.monotonic())))
-            ended = False
+            ended = closed = False
             for item in items:
                 if isinstance(item, DataRecord):
                     task.on_record(item)
                 elif isinstance(item, WatermarkAdvanced):
-                    task.on_watermark(item.timestamp)
+                    closed = task.on_watermark(item.timestamp) or closed
                 elif isinstance(item, StreamEnded):
                     ended = True
             if ended:
@@ -394,7 +399,7 @@ def run_window_task(
                 task.writer.send_end_of_stream()
                 task.commit()
                 break
-            if time.monotonic() >= next_commit:
+            if closed or time.monotonic() >= next_commit:  # closed windows are published without waiting
                 if task.dirty:
                     task.commit()
                 next_commit = time.monotonic() + commit_interval_s
