@@ -29,6 +29,7 @@ lint: setup
 bench: setup
 	$(PY) benchmarks/bench_protocol.py
 	$(PY) benchmarks/bench_pipeline.py
+	$(PY) benchmarks/bench_streaming.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
