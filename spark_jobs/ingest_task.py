@@ -38,7 +38,7 @@ import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from controlmsg.core.messages import MIN_TIMESTAMP
-from controlmsg.errors import ReadError
+from controlmsg.errors import CheckpointError, ReadError
 from controlmsg.kafka.writer import ControlWriter
 
 __all__ = ["IngestSummary", "parse_event_time", "run_ingest_task"]
@@ -135,6 +135,13 @@ def run_ingest_task(
         for tp in committed:
             positions[tp.partition] = tp.offset if tp.offset >= 0 else 0
             state = orjson.loads(tp.metadata) if tp.metadata else {}
+            layout = (state.get("taskCount", task_count), state.get("partitions", sorted(source_partitions)))
+            if layout != (task_count, sorted(source_partitions)):
+                raise CheckpointError(
+                    f"ingest task {task_index} of run {run_id!r} committed its state as task {task_index} of "
+                    f"{layout[0]} over source partitions {layout[1]}, not of {task_count} over "
+                    f"{sorted(source_partitions)}: the task layout is part of the checkpoint (same --tasks, "
+                    "or a new run)")
             if state.get("maxEvent") is not None:
                 max_event[tp.partition] = state["maxEvent"]
             if state.get("lastMark") is not None:
@@ -215,6 +222,7 @@ def run_ingest_task(
                     TopicPartition(source_topic, q, o, metadata=orjson.dumps(
                         {"maxEvent": max_event.get(q), "lastMark": last_mark, "idle": task_idle, "ended": ended,
                          "records": records, "rejects": rejected, "commits": commits + 1,
+                         "taskCount": task_count, "partitions": sorted(positions),
                          "idlePeriods": idle_periods}).decode())
                     for q, o in positions.items()
                 ]

@@ -10,11 +10,13 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from controlmsg.core.bookkeeping import StreamEnded
 from controlmsg.core.codec import decode, decode_json_payload
 from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
+from controlmsg.errors import CheckpointError
 from controlmsg.kafka import ControlReader, DataRecord
 from spark_jobs.generate import GeneratorConfig, generate
 from spark_jobs.ingest_task import parse_event_time, run_ingest_task
@@ -129,6 +131,17 @@ def test_a_restart_after_the_end_writes_nothing_again(kafka_config: dict[str, An
     assert len(read_output(kafka_config, out)) == 3000
     eos = [m for m in dump_plain(kafka_config, out) if m.value()[0] == 2]
     assert len(eos) == 2 * 3  # each task's end of stream once on each of the 3 partitions
+
+
+def test_a_restart_with_another_task_layout_is_refused(kafka_config: dict[str, Any],
+                                                       new_topic: Callable[..., str]) -> None:
+    source, ends = source_with_rejects(kafka_config, new_topic)
+    out, rejects = new_topic(3, prefix="events"), new_topic(1, prefix="rejects")
+    run_two_tasks(kafka_config, source, out, rejects, ends, stop=lambda records: records >= 100)
+    with pytest.raises(CheckpointError, match=r"as task 0 of 2 over source partitions \[0, 1\].*same --tasks"):
+        run_ingest_task(kafka_config, source_topic=source, source_partitions=[0, 1, 2, 3], output_topic=out,
+                        rejects_topic=rejects, run_id="r", task_index=0, task_count=1, key_field="user",
+                        event_time_field="event_time", until=ends)
 
 
 def dump_plain(kafka_config: dict[str, Any], topic: str) -> list[Any]:
