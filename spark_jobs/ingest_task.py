@@ -254,7 +254,7 @@ def _task_progress(positions: Mapping[int, int], max_event: Mapping[int, int],
         marks.append(max_event[p])
     if marks:
         return min(marks)
-    if _all_quiet(positions, until, idle) and idle - _ended(positions, until):
+    if idle - _ended(positions, until):  # every partition left is idle
         return None
     return max(max_event.values(), default=None)
 

@@ -13,11 +13,11 @@ will later run inside a Spark task, but needs no Spark.
    task's own watermark ``ts`` goes to every output partition.
 3. As soon as a watermark has closed windows, and otherwise every ``commit_interval_s``: one Kafka
    transaction commits the output and late records written since the last commit together with a
-   **state record** (input offsets, the reader's bookkeeping snapshot, the
-   window snapshot, the output watermark, counters) keyed ``f"{run_id}/{task_index}"`` in the compacted
-   ``state_topic``. A restart resumes from the latest committed state record; whatever an interrupted
-   task wrote after its last commit is aborted (or fenced by the next task's ``init_transactions``), so
-   nothing is written twice and the output watermark never goes back.
+   **state record** (input offsets, the reader's bookkeeping snapshot, the window snapshot, the output
+   watermark, counters) keyed ``f"{run_id}/{task_index}"`` in the compacted ``state_topic``. A restart
+   resumes from the latest committed state record; whatever an interrupted task wrote after its last
+   commit is aborted (or fenced by the next task's ``init_transactions``), so nothing is written twice
+   and the output watermark never goes back.
 4. At end of stream: close every window, write the results and the task's end of stream, commit the final
    state, return a :class:`TaskSummary`.
 
@@ -259,7 +259,8 @@ class _Task:
         self.writer.produce_to(self.late_topic, record.payload, record.key, -1, self._origin(record, reason))
         self.rejected += 1
 
-    def _origin(self, record: DataRecord, reason: str) -> list[tuple[str, str | bytes | None]]:
+    def _origin(self, record: DataRecord, reason: str,
+                task: str | None = None) -> list[tuple[str, str | bytes | None]]:
         """The side-topic headers of ``record``: why it is there, and where it came from (input topic,
         partition, offset, and the upstream task that wrote it when its headers say so)."""
         headers: list[tuple[str, str | bytes | None]] = [
@@ -268,15 +269,17 @@ class _Task:
             (HEADER_LATE_PARTITION, str(record.partition).encode()),
             (HEADER_LATE_OFFSET, str(record.offset).encode()),
         ]
-        task = record.upstream_task
+        task = task or record.upstream_task
         if task is not None:
             headers.append((HEADER_LATE_TASK, task.encode()))
         return headers
 
     def _send_late(self, record: DataRecord, value: dict[str, Any], late: LateRecord) -> None:
+        task = record.upstream_task
         body = {**value, "watermark": late.watermark, "window_start": late.window_start, "reason": LATE_REASON,
-                "upstream_task": record.upstream_task, "upstream_partition": record.partition}
-        self.writer.produce_to(self.late_topic, orjson.dumps(body), record.key, -1, self._origin(record, LATE_REASON))
+                "upstream_task": task, "upstream_partition": record.partition}
+        self.writer.produce_to(self.late_topic, orjson.dumps(body), record.key, -1,
+                               self._origin(record, LATE_REASON, task))
 
     def on_watermark(self, ts: int) -> bool:
         """Close the windows ``ts`` passes, write them and the task's own watermark. Returns whether any
