@@ -198,3 +198,10 @@ def test_inspect_reports_holders_and_runs(kafka_config: dict[str, Any], bootstra
     assert "partition 1: watermark 120; reported 3/3" in text
     assert "held back by slow at 120 (380 ms behind the next task)" in text
     assert "'r1'" not in text
+    with ControlWriter(kafka_config, topic, task_name="slow", task_count=3, run_id="r2") as w:
+        w.send_watermark(120, idle=True)  # slow has no input now: fast alone holds the watermark
+    out = subprocess.run([sys.executable, "-m", "controlmsg", "inspect", "--bootstrap-servers", bootstrap_servers,
+                          "--topic", topic, "--run-id", "r2", "--json"], capture_output=True, check=True, timeout=60)
+    part = orjson.loads(out.stdout)["runs"]["r2"][0]
+    assert (part["watermark"], part["idleTasks"], part["holdingTask"]) == (
+        500, ["slow"], {"task": "fast", "watermark": 500})
