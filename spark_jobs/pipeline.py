@@ -6,6 +6,10 @@ downstream first (sink, window_aggregate, ingest) to show that a reader waits fo
 pipeline exits 0 once the sink has written the complete result, non-zero with the failing job's log tail
 if any job fails (the others are then stopped). Each job's log goes to ``<run dir>/<job>.log``; the
 jobs' own progress lines are echoed to stderr.
+
+With ``--streaming`` the chain is stream_ingest -> stream_window (long-running Spark applications) ->
+stream_sink (one plain process appending each window result to the output as soon as it is readable);
+see docs/STREAMING.md.
 """
 
 from __future__ import annotations
@@ -29,8 +33,9 @@ from spark_jobs.common import topic_names
 __all__ = ["main"]
 
 _JOBS = ("ingest", "window_aggregate", "sink")
-_STREAMING_JOBS = ("stream_ingest", "stream_window", "sink")
-_OWN_LINE = re.compile(rb"^\d\d:\d\d:\d\d (ingest|window_aggregate|sink|stream_ingest|stream_window|reader|writer)\b")
+_STREAMING_JOBS = ("stream_ingest", "stream_window", "stream_sink")
+_OWN_LINE = re.compile(
+    rb"^\d\d:\d\d:\d\d (ingest|window_aggregate|sink|stream_ingest|stream_window|stream_sink|reader|writer)\b")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,6 +130,10 @@ def _job_args(job: str, args: argparse.Namespace, servers: str, run_id: str, run
         extra = ["--input-topic", events, "--output-topic", windows, "--window", args.window,
                  "--partitions", str(args.partitions), "--tasks", str(args.tasks),
                  "--commit-interval", args.watermark_interval, *sums]
+    elif job == "stream_sink":  # no Spark application: one process appends to the one output file
+        return [sys.executable, "-m", "spark_jobs.stream_sink", "--input-topic", windows, "--output", args.output,
+                *sums, "--bootstrap-servers", servers, "--run-id", run_id, "--summary", str(run_dir / f"{job}.json"),
+                "--timeout", str(args.timeout)]
     else:
         extra = ["--input-topic", windows, "--output", args.output, *sums]
     return [sys.executable, "-m", f"spark_jobs.{job}", *extra, *common]
@@ -138,6 +147,9 @@ def run_windowed_count(args: argparse.Namespace) -> int:
     jobs = _STREAMING_JOBS if args.streaming else _JOBS
     if args.streaming != (args.source_topic is not None) or args.streaming == (args.input is not None):
         print("give --input FILE (bounded), or --streaming --source-topic TOPIC", file=sys.stderr)
+        return 2
+    if args.streaming and not args.output.lower().endswith((".csv", ".json", ".jsonl", ".ndjson")):
+        print("--streaming appends results as windows close: give a .csv or .jsonl --output", file=sys.stderr)
         return 2
     roles = dict(zip(("ingest", "window", "sink"), jobs, strict=True))
     try:

@@ -1,7 +1,8 @@
 """Checkpoints: input offsets and bookkeeping saved together, atomically, in one file.
 
 A checkpoint is one JSON document ``{"format": 1, "topic": ..., "offsets": {"<partition>": <next
-offset>}, "bookkeeping": <InputTracker.snapshot()>}``. It is written to a temporary file in the same
+offset>}, "bookkeeping": <InputTracker.snapshot()>}``, plus ``"extra"``: the consumer's own state that
+must move with its offsets (for example how many bytes of its output file belong to this checkpoint). It is written to a temporary file in the same
 directory, fsynced and renamed over the old one, so a reader sees either the old or the new checkpoint,
 never half of one, and the offsets and the bookkeeping in it always belong together.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -30,17 +31,19 @@ class Checkpoint:
     topic: str
     offsets: dict[int, int]
     bookkeeping: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)
+    """The consumer's own JSON-compatible state, saved and loaded with the offsets (``{}``: none)."""
 
     def to_json(self) -> bytes:
-        return orjson.dumps(
-            {
-                "format": _FORMAT,
-                "topic": self.topic,
-                "offsets": {str(p): o for p, o in sorted(self.offsets.items())},
-                "bookkeeping": self.bookkeeping,
-            },
-            option=orjson.OPT_INDENT_2,
-        )
+        doc: dict[str, Any] = {
+            "format": _FORMAT,
+            "topic": self.topic,
+            "offsets": {str(p): o for p, o in sorted(self.offsets.items())},
+            "bookkeeping": self.bookkeeping,
+        }
+        if self.extra:
+            doc["extra"] = self.extra
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
 
     @classmethod
     def from_json(cls, data: bytes, source: str = "checkpoint") -> Checkpoint:
@@ -53,6 +56,7 @@ class Checkpoint:
                 topic=str(doc["topic"]),
                 offsets={int(p): int(o) for p, o in doc["offsets"].items()},
                 bookkeeping=dict(doc["bookkeeping"]),
+                extra=dict(doc.get("extra", {})),
             )
         except CheckpointError:
             raise

@@ -1,12 +1,14 @@
 """kill -9 of each job of the streaming chain in turn, in the middle of a run, then the same job started
 again: it resumes from its checkpoint (ingest: source offsets and watermark state in its consumer group,
 committed with its output; window: input offsets, bookkeeping and window state in its state topic,
-committed with its output; sink: a bounded reader, it reads its input again from the start), no
+committed with its output; sink: input offsets, bookkeeping and the length of its output file in a
+checkpoint saved after the file is made durable, the file cut back to that length on restart), no
 watermark goes back, no end of stream is lost, and the final output equals the oracle: nothing lost,
 nothing twice.
 
-Each job is its own Spark application in its own process group; the kill takes the whole group (driver,
-JVM and whatever Python workers share the group) with SIGKILL, as a crashed machine would.
+Each job runs in its own process group (ingest and window are Spark applications, the sink a plain
+process); the kill takes the whole group (driver, JVM and whatever Python workers share the group) with
+SIGKILL, as a crashed machine would.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from controlmsg.core.messages import WatermarkMessage
-from controlmsg.kafka import ControlReader, DataRecord
+from controlmsg.kafka import ControlReader, DataRecord, FileCheckpointStore
 from spark_jobs.common import topic_names
 from spark_jobs.generate import GeneratorConfig, generate
 from spark_jobs.pipeline import _job_args, build_parser
+from spark_jobs.stream_sink import checkpoint_path
 
 from .test_pipeline_oracle import assert_matches_oracle
 from .test_streaming_pipeline import dump_source
@@ -52,7 +55,7 @@ class Chain:
             "--watermark-interval", "300ms", "--max-rate", "300", "--output", str(self.output),
             "--partitions", "3", "--tasks", "2", "--master", "local[2]", "--timeout", "300"])
         self.commands = {job: _job_args(job, args, servers, self.run_id, self.run_dir)
-                         for job in ("stream_ingest", "stream_window", "sink")}
+                         for job in ("stream_ingest", "stream_window", "stream_sink")}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs: list[IO[bytes]] = []
         self.events_topic, self.windows_topic = topic_names(self.run_id)
@@ -116,7 +119,7 @@ def check_wire(config: dict[str, Any], topic: str, tasks: int) -> None:
     assert len(ends) == tasks * 3 and set(ends.values()) == {1}, ends
 
 
-@pytest.mark.parametrize("victim", ["stream_ingest", "stream_window", "sink"])
+@pytest.mark.parametrize("victim", ["stream_ingest", "stream_window", "stream_sink"])
 def test_kill_9_of_a_job_mid_run_then_restart(victim: str, spark: SparkSession, kafka_config: dict[str, Any],
                                              bootstrap_servers: str, new_topic: Callable[..., str],
                                              tmp_path: Path) -> None:
@@ -127,13 +130,16 @@ def test_kill_9_of_a_job_mid_run_then_restart(victim: str, spark: SparkSession, 
     dump_source(kafka_config, source, ends, events)
     chain = Chain(bootstrap_servers, source, tmp_path)
     try:
-        for job in ("sink", "stream_window", "stream_ingest"):
+        for job in ("stream_sink", "stream_window", "stream_ingest"):
             chain.start(job)
         if victim == "stream_ingest":  # a quarter of the events are through: ingest is mid-run
             wait_for_records(kafka_config, chain.events_topic, chain.run_id, EVENTS // 4)
         else:  # window results are flowing (before end of stream): window and sink are mid-run
             wait_for_records(kafka_config, chain.windows_topic, chain.run_id, 40)
         chain.kill9(victim)
+        if victim == "stream_sink":  # it had made rows durable: the restart resumes there, not from scratch
+            saved = FileCheckpointStore(checkpoint_path(chain.output)).load()
+            assert saved is not None and saved.extra["rows"] > 0 and sum(saved.offsets.values()) > 0
         chain.start(victim)
         chain.wait()
     finally:
@@ -146,5 +152,7 @@ def test_kill_9_of_a_job_mid_run_then_restart(victim: str, spark: SparkSession, 
     assert sum(t["late"] for t in window["tasks"]) == 0
     if victim == "stream_window":
         assert all(t["resumed"] for t in window["tasks"])  # from the state topic, not from scratch
+    sink = json.loads((chain.run_dir / "stream_sink.json").read_text())
+    assert sink["rows"] == rows and sink["ended"] and sink["resumed"] == (victim == "stream_sink")
     check_wire(kafka_config, chain.events_topic, tasks=2)
     check_wire(kafka_config, chain.windows_topic, tasks=2)
