@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,12 +19,7 @@ import time
 from pathlib import Path
 
 import orjson
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from common import kafka_cluster
 
 
 def generate(path: Path, events: int, master: str, keys: int) -> float:
@@ -75,59 +69,52 @@ def main() -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     work = Path(tempfile.mkdtemp(prefix="controlmsg-bench-"))
-    servers = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    broker_dir = None
-    if not servers:
-        from controlmsg.broker import start_broker
+    with kafka_cluster() as servers:
+        return run(args, work, servers)
 
-        broker_dir = work / "broker"
-        servers = start_broker(port=free_port(), data_dir=broker_dir).bootstrap_servers
-    try:
-        data = work / "events.parquet"
-        gen = generate(data, args.events, args.master, args.keys)
-        print(f"generated {args.events:,} events in {gen:.1f} s ({data})")
 
-        out = work / "hourly.parquet"
-        started = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-m", "spark_jobs.pipeline", "windowed-count", "--input", str(data),
-             "--key", "user", "--event-time", "event_time", "--window", args.window,
-             "--sum", "amount", "--sum", "items",
-             "--output", str(out), "--bootstrap-servers", servers, "--master", args.master,
-             "--partitions", str(args.partitions), "--tasks", str(args.tasks), "--run-dir", str(work / "run"),
-             "--timeout", "1800"],
-            capture_output=True, text=True, check=False,
-        )
-        pipeline_s = time.monotonic() - started
-        if done.returncode != 0:
-            print(done.stderr[-4000:], file=sys.stderr)
-            return 1
-        summary = orjson.loads((work / "run" / "pipeline.json").read_bytes())
-        jobs = summary["jobs"]
-        batch_s, batch_rows = batch_query(data, args.master, args.window)
+def run(args: argparse.Namespace, work: Path, servers: str) -> int:
+    """The benchmark proper, against the broker at ``servers``; returns the exit code."""
+    data = work / "events.parquet"
+    gen = generate(data, args.events, args.master, args.keys)
+    print(f"generated {args.events:,} events in {gen:.1f} s ({data})")
 
-        ingest, window, sink = jobs["ingest"], jobs["window_aggregate"], jobs["sink"]
-        print()
-        print(f"{'measure':<44} {'value':>14}")
-        print(f"{'pipeline end to end (3 apps, 2 hops)':<44} {args.events / pipeline_s:>11,.0f} r/s"
-              f"  ({pipeline_s:.1f} s wall)")
-        print(f"{'  ingest: file -> topic (write only)':<44} {ingest['rows_out'] / ingest['write_seconds']:>11,.0f} r/s"
-              f"  ({ingest['write_seconds']:.1f} s of {ingest['seconds']:.1f} s)")
-        print(f"{'  window_aggregate: topic -> topic':<44} {window['rows_in'] / window['seconds']:>11,.0f} r/s"
-              f"  ({window['seconds']:.1f} s, input ended after {window['input_ended_seconds']:.1f} s)")
-        print(f"{'  sink: topic -> file':<44} {sink['rows_in'] / sink['seconds']:>11,.0f} r/s"
-              f"  ({sink['rows_in']:,} windows, {sink['seconds']:.1f} s)")
-        print(f"{'end of stream: last ingest EOS -> sink input':<44} {summary['eos_to_sink_seconds']:>13.1f} s")
-        print(f"{'single Spark batch query, same file':<44} {args.events / batch_s:>11,.0f} r/s  ({batch_s:.1f} s)")
-        print(f"{'ratio pipeline / batch (records/s)':<44} {batch_s / pipeline_s:>14.3f}")
-        assert batch_rows == sink["rows_out"], (batch_rows, sink["rows_out"])
-        print(f"\nboth produced {batch_rows:,} window rows ({args.window} windows, {args.keys} skewed keys, 30 days); "
-              f"{os.cpu_count()} cores, master {args.master}")
-    finally:
-        if broker_dir is not None:
-            from controlmsg.broker import stop_broker
+    out = work / "hourly.parquet"
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.pipeline", "windowed-count", "--input", str(data),
+         "--key", "user", "--event-time", "event_time", "--window", args.window,
+         "--sum", "amount", "--sum", "items",
+         "--output", str(out), "--bootstrap-servers", servers, "--master", args.master,
+         "--partitions", str(args.partitions), "--tasks", str(args.tasks), "--run-dir", str(work / "run"),
+         "--timeout", "1800"],
+        capture_output=True, text=True, check=False,
+    )
+    pipeline_s = time.monotonic() - started
+    if done.returncode != 0:
+        print(done.stderr[-4000:], file=sys.stderr)
+        return 1
+    summary = orjson.loads((work / "run" / "pipeline.json").read_bytes())
+    jobs = summary["jobs"]
+    batch_s, batch_rows = batch_query(data, args.master, args.window)
 
-            stop_broker(broker_dir)
+    ingest, window, sink = jobs["ingest"], jobs["window_aggregate"], jobs["sink"]
+    print()
+    print(f"{'measure':<44} {'value':>14}")
+    print(f"{'pipeline end to end (3 apps, 2 hops)':<44} {args.events / pipeline_s:>11,.0f} r/s"
+          f"  ({pipeline_s:.1f} s wall)")
+    print(f"{'  ingest: file -> topic (write only)':<44} {ingest['rows_out'] / ingest['write_seconds']:>11,.0f} r/s"
+          f"  ({ingest['write_seconds']:.1f} s of {ingest['seconds']:.1f} s)")
+    print(f"{'  window_aggregate: topic -> topic':<44} {window['rows_in'] / window['seconds']:>11,.0f} r/s"
+          f"  ({window['seconds']:.1f} s, input ended after {window['input_ended_seconds']:.1f} s)")
+    print(f"{'  sink: topic -> file':<44} {sink['rows_in'] / sink['seconds']:>11,.0f} r/s"
+          f"  ({sink['rows_in']:,} windows, {sink['seconds']:.1f} s)")
+    print(f"{'end of stream: last ingest EOS -> sink input':<44} {summary['eos_to_sink_seconds']:>13.1f} s")
+    print(f"{'single Spark batch query, same file':<44} {args.events / batch_s:>11,.0f} r/s  ({batch_s:.1f} s)")
+    print(f"{'ratio pipeline / batch (records/s)':<44} {batch_s / pipeline_s:>14.3f}")
+    assert batch_rows == sink["rows_out"], (batch_rows, sink["rows_out"])
+    print(f"\nboth produced {batch_rows:,} window rows ({args.window} windows, {args.keys} skewed keys, 30 days); "
+          f"{os.cpu_count()} cores, master {args.master}")
     return 0
 
 

@@ -22,20 +22,17 @@ import gc
 import os
 import platform
 import random
-import shutil
-import socket
 import statistics
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import confluent_kafka
 import orjson
+from common import kafka_cluster
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -143,36 +140,6 @@ def result(name: str, ra: list[Sample], rb: list[Sample], goal: float | None, cp
 
 def fmt(rate: float) -> str:
     return f"{rate:,.0f}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def kafka_cluster() -> Iterator[str]:
-    """``$KAFKA_BOOTSTRAP_SERVERS``, or a broker started here (and stopped on exit)."""
-    given = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
-    if given:
-        print(f"broker: {given} (from $KAFKA_BOOTSTRAP_SERVERS)")
-        yield given
-        return
-    from controlmsg.broker import start_broker, stop_broker
-
-    data_dir = Path(tempfile.mkdtemp(prefix="controlmsg-bench-"))
-    try:
-        t = perf()
-        handle = start_broker(port=free_port(), data_dir=data_dir)
-        print(f"broker: started {handle.bootstrap_servers} in {data_dir} ({perf() - t:.1f} s)", flush=True)
-        try:
-            yield handle.bootstrap_servers
-        finally:
-            stop_broker(data_dir)
-            print("broker: stopped")
-    finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 class Topics:

@@ -90,9 +90,7 @@ import contextlib
 import itertools
 import math
 import os
-import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -100,13 +98,14 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
 import orjson
+from common import kafka_cluster
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -122,32 +121,6 @@ TOPIC_PREFIX = "controlmsg-bench"
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def kafka_cluster() -> Iterator[str]:
-    """``$KAFKA_BOOTSTRAP_SERVERS``, or a broker started here for the run (and stopped on exit)."""
-    given = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
-    if given:
-        yield given
-        return
-    from controlmsg.broker import start_broker, stop_broker
-
-    data_dir = Path(tempfile.mkdtemp(prefix="controlmsg-bench-broker-"))
-    try:
-        handle = start_broker(port=free_port(), data_dir=data_dir)
-        try:
-            yield handle.bootstrap_servers
-        finally:
-            stop_broker(data_dir)
-    finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -2,9 +2,10 @@
 
 A checkpoint is one JSON document ``{"format": 1, "topic": ..., "offsets": {"<partition>": <next
 offset>}, "bookkeeping": <InputTracker.snapshot()>}``, plus ``"extra"``: the consumer's own state that
-must move with its offsets (for example how many bytes of its output file belong to this checkpoint). It is written to a temporary file in the same
-directory, fsynced and renamed over the old one, so a reader sees either the old or the new checkpoint,
-never half of one, and the offsets and the bookkeeping in it always belong together.
+must move with its offsets (for example how many bytes of its output file belong to this checkpoint).
+It is written to a temporary file in the same directory, fsynced and renamed over the old one, so a
+reader sees either the old or the new checkpoint, never half of one, and the offsets, the bookkeeping
+and the extra state in it always belong together.
 """
 
 from __future__ import annotations
