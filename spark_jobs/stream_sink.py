@@ -120,6 +120,9 @@ def run_stream_sink(
     target.parent.mkdir(parents=True, exist_ok=True)
     length = int(saved.extra["outputBytes"]) if saved is not None else 0
     written = int(saved.extra.get("rows", 0)) if saved is not None else 0
+    if saved is not None and not target.exists():
+        raise CheckpointError(f"{target} is missing, but its checkpoint {store.path} accounts for {length} bytes "
+                              "of it: remove the checkpoint too to start over")
     file = target.open("r+b" if saved is not None else "wb")
     try:
         if file.seek(0, os.SEEK_END) < length:

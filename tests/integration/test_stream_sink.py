@@ -98,3 +98,6 @@ def test_refusals(kafka_config: dict[str, Any], new_topic: Callable[..., str], t
     output.write_bytes(b"")  # someone emptied the file the checkpoint accounts for
     with pytest.raises(CheckpointError, match="changed outside the sink"):
         run_stream_sink(kafka_config, input_topic=topic, output=str(output), run_id=RUN, timeout_s=0.5)
+    output.unlink()
+    with pytest.raises(CheckpointError, match="missing, but its checkpoint"):
+        run_stream_sink(kafka_config, input_topic=topic, output=str(output), run_id=RUN, timeout_s=0.5)
