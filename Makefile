@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo demo-protocol test lint bench clean
+.PHONY: setup demo demo-streaming demo-protocol test lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -15,6 +15,14 @@ setup: $(VENV)/.installed
 demo: setup  ## the backfill pipeline (3 Spark apps, 2 Kafka topics) on the shipped sample; starts the local broker
 	$(PY) -m spark_jobs.pipeline windowed-count --input examples/clicks.csv --key user --event-time event_time \
 		--window 1h --sum amount --sum items --null-value NA --output out/clicks_hourly.csv
+
+demo-streaming: setup  ## the streaming chain on 20,000 generated events, ended by the source's end; starts the local broker
+	@set -e; topic=clicks-raw-$$(date +%s); \
+	if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then $(VENV)/bin/controlmsg broker start; fi; \
+	$(PY) -m spark_jobs.generate --topic $$topic --events 20000 --rate 5000 --speedup 60 --late-fraction 0.01; \
+	$(PY) -m spark_jobs.pipeline windowed-count --streaming --source-topic $$topic --until-source-end \
+		--key user --event-time event_time --window 1m --sum amount --allowed-lateness 10s \
+		--watermark-interval 1s --max-rate 2000 --output out/stream.csv
 
 demo-protocol: setup  ## the protocol alone: 3 upstream tasks -> 4 partitions -> one consumer to end of stream
 	$(VENV)/bin/controlmsg demo
