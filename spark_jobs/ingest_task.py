@@ -85,6 +85,8 @@ class IngestSummary:
     ended: bool
     commits: int
     idle_periods: int = 0
+    ended_at: float | None = None
+    """Epoch seconds when the transaction holding the end of stream committed (``None``: not in this call)."""
 
 
 def _group(output_topic: str, run_id: str, task_index: int) -> str:
@@ -232,7 +234,8 @@ def run_ingest_task(
                 next_commit = time.monotonic() + watermark_interval_s
                 if stopping:
                     writer.close()
-                    return IngestSummary(records, rejected, last_mark, ended, commits, idle_periods)
+                    return IngestSummary(records, rejected, last_mark, ended, commits, idle_periods,
+                                         time.time() if ended else None)
     except KafkaException as exc:
         raise ReadError(f"ingest task {task_index} of {source_topic!r}: {exc.args[0]}") from exc
     finally:

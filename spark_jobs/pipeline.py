@@ -221,7 +221,8 @@ def run_windowed_count(args: argparse.Namespace) -> int:
         return 1
     summaries: dict[str, Any] = {job: orjson.loads((run_dir / f"{job}.json").read_bytes()) for job in jobs}
     ingest, window, sink = (summaries[job] for job in jobs)
-    eos_to_sink = sink["input_ended_at"] - ingest["finished_at"]
+    # The streaming ingest records when its last end of stream committed; a batch ingest ends right after.
+    eos_to_sink = sink["input_ended_at"] - (ingest.get("eos_written_at") or ingest["finished_at"])
     print(f"rows in: {ingest['rows_in']}  rejects: {ingest['rejects']}"
           + (f" (in {ingest['rejects_path']})" if ingest.get("rejects_path") else "")
           + f"  events: {ingest['rows_out']}  windows: {sink['rows_in']}  rows out: {sink['rows_out']}"

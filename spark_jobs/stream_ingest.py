@@ -81,7 +81,9 @@ def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str
     records = sum(s["records"] for s in summaries)
     rejected = sum(s["rejects"] for s in summaries)
     log.info("%d records written, %d rejected (in %s)", records, rejected, rejects_topic)
-    return {"rows_in": records + rejected, "rows_out": records, "rejects": rejected, "tasks": summaries}
+    ends = [s["ended_at"] for s in summaries if s["ended_at"] is not None]
+    return {"rows_in": records + rejected, "rows_out": records, "rejects": rejected, "tasks": summaries,
+            "eos_written_at": max(ends) if len(ends) == len(summaries) else None}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
