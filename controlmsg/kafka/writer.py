@@ -36,6 +36,8 @@ _POLL_EVERY: Final = 4096
 class ControlWriter:
     """Writes the envelope stream of one upstream task (``task_name`` of ``task_count``, run ``run_id``).
 
+    ``task_count`` ``None``: a writer of user messages only, whose control messages another writer sends
+    on its behalf (the driver of a Spark write does so for its tasks).
     ``config`` is passed to librdkafka untouched (``bootstrap.servers`` and anything else: security,
     batching, ``transactional.id``...), except that ``delivery.report.only.error`` defaults to true.
     ``partitions``: the topic's partition count, looked up (waiting up to ``topic_timeout`` s for the
@@ -51,14 +53,14 @@ class ControlWriter:
         topic: str,
         *,
         task_name: str,
-        task_count: int,
+        task_count: int | None,
         run_id: str = "",
         partitions: int | None = None,
         data_headers: bool = False,
         topic_timeout: float = 30.0,
     ) -> None:
         # Validates task_name and task_count once, with a clear error, before any I/O.
-        EndOfStreamMessage(task_name, task_count, run_id)
+        EndOfStreamMessage(task_name, task_count if task_count is not None else 1, run_id)
         self.topic = topic
         self.task_name = task_name
         self.task_count = task_count
@@ -150,6 +152,11 @@ class ControlWriter:
 
     # ------------------------------------------------------------------ control messages
 
+    def _task_count(self) -> int:
+        if self.task_count is None:
+            raise ValueError(f"writer of task {self.task_name!r} has no task count: it sends user messages only")
+        return self.task_count
+
     def _control_headers(self) -> list[tuple[str, bytes]]:
         self._seq += 1
         return [(HEADER_TASK, self._task_b), (HEADER_RUN, self._run_b), (HEADER_SEQ, str(self._seq).encode())]
@@ -160,14 +167,14 @@ class ControlWriter:
         its next watermark without ``idle``. Raises ``ValueError`` for a timestamp outside the signed 64-bit
         range."""
         value = encode_control(
-            WatermarkMessage(self.task_name, self.task_count, timestamp, self.run_id, idle=idle))
+            WatermarkMessage(self.task_name, self._task_count(), timestamp, self.run_id, idle=idle))
         headers = self._control_headers()
         for p in range(self.partitions):
             self._produce(value, None, p, headers)
 
     def send_end_of_stream(self) -> None:
         """Declare that this task writes nothing more in this run; written to every partition."""
-        value = encode_control(EndOfStreamMessage(self.task_name, self.task_count, self.run_id))
+        value = encode_control(EndOfStreamMessage(self.task_name, self._task_count(), self.run_id))
         headers = self._control_headers()
         for p in range(self.partitions):
             self._produce(value, None, p, headers)

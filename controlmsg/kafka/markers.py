@@ -1,0 +1,152 @@
+"""Commit markers: what a transactional writer commits with its records so that a retry knows it is done.
+
+A marker is a consumer-group offset with JSON metadata, committed **inside** the writer's transaction
+(``send_offsets_to_transaction``), for a group named like the writer's transactional id, on partition 0
+of the topic written. It becomes visible exactly when the records do. A new attempt first initialises
+transactions (which fences older attempts and finishes their transactions), then reads the marker: if
+it is there, an earlier attempt committed and this one must not write again.
+
+Markers live in one empty consumer group per writer, which Kafka drops after
+``offsets.retention.minutes`` (7 days by default). With ACLs, a writer needs Write on its transactional
+id and Read on its group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import orjson
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from controlmsg.core.codec import encode_control
+from controlmsg.core.messages import ControlMessage
+from controlmsg.errors import DeliveryError
+from controlmsg.kafka.admin import connection_settings
+from controlmsg.kafka.writer import HEADER_RUN, HEADER_TASK
+
+# A coordinator that is loading, moving or not yet elected answers with these: wait and ask again.
+_COORDINATOR_NOT_READY = frozenset({
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError.REQUEST_TIMED_OUT, KafkaError._WAIT_COORD,
+})
+
+__all__ = ["MarkerStore", "TransactionalProducer", "write_control_round"]
+
+
+class TransactionalProducer(Protocol):
+    """A producer with an open transaction: confluent-kafka's ``Producer`` or a ``ControlWriter``."""
+
+    def send_offsets_to_transaction(self, offsets: list[TopicPartition], group_metadata: Any,
+                                    timeout: float) -> None: ...
+
+
+class MarkerStore:
+    """The marker of the writer whose transactional id is ``group``, for ``topic``.
+
+    ``config``: the writer's client settings (only those that reach the cluster are used). Opening
+    creates a consumer (it joins no group; it only reads and commits the group's offset). Use as a
+    context manager or call :meth:`close`.
+    """
+
+    def __init__(self, config: Mapping[str, Any], group: str, topic: str, timeout: float = 30.0) -> None:
+        self.group = group
+        self.topic = topic
+        self.timeout = timeout
+        self._consumer = Consumer({**connection_settings(config), "group.id": group,
+                                   "enable.auto.commit": False, "isolation.level": "read_committed"})
+
+    def load(self) -> dict[str, Any] | None:
+        """The committed marker, or ``None``. Retries while the group coordinator is loading or moving
+        (retriable errors) up to ``timeout`` s; raises :class:`DeliveryError` naming the topic and group."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                (tp,) = self._consumer.committed([TopicPartition(self.topic, 0)], timeout=self.timeout)
+                error = tp.error
+            except KafkaException as exc:
+                error = exc.args[0]
+            if error is None:
+                break
+            retriable = error.retriable() or error.code() in _COORDINATOR_NOT_READY
+            if not retriable or time.monotonic() >= deadline:
+                raise DeliveryError(
+                    f"cannot look up the commit marker of {self.group!r} on topic {self.topic!r}: {error}")
+            time.sleep(0.2)
+        if tp.offset < 0:
+            return None
+        marker: dict[str, Any] = orjson.loads(tp.metadata or "{}")
+        return marker
+
+    def add(self, producer: TransactionalProducer, marker: Mapping[str, Any], position: int = 0) -> None:
+        """Add ``marker`` to ``producer``'s open transaction. ``position`` is the offset recorded (any
+        value >= 0; the metadata is what counts). Raises :class:`DeliveryError`."""
+        tp = TopicPartition(self.topic, 0, max(position, 0), metadata=orjson.dumps(dict(marker)).decode())
+        try:
+            producer.send_offsets_to_transaction([tp], self._consumer.consumer_group_metadata(), self.timeout)
+        except KafkaException as exc:
+            raise DeliveryError(
+                f"cannot add the commit marker of {self.group!r} to the transaction on topic {self.topic!r}: "
+                f"{exc.args[0]}") from exc
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> MarkerStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_control_round(
+    config: Mapping[str, Any],
+    topic: str,
+    partitions: int,
+    messages: Sequence[ControlMessage],
+    *,
+    transactional_id: str,
+    marker: Mapping[str, Any],
+    skip_if: Any = None,
+    timeout: float = 60.0,
+) -> dict[str, Any] | None:
+    """Write each of ``messages`` to every partition of ``topic`` and commit them in ONE transaction
+    together with ``marker`` (in the group ``transactional_id``): all or nothing, exactly once.
+
+    Before writing, the transaction is initialised (fencing an older writer with the same id) and the
+    committed marker is read; if ``skip_if(committed_marker)`` is true, nothing is written and the
+    committed marker is returned. Otherwise returns ``None`` after the commit. Raises
+    :class:`DeliveryError`. Used by the driver of a Spark write, which writes control messages on behalf
+    of its tasks (see :mod:`controlmsg.spark.writing`).
+    """
+    producer = Producer({**config, "transactional.id": transactional_id})
+    with MarkerStore(config, transactional_id, topic, timeout) as store:
+        try:
+            producer.init_transactions(timeout)
+        except KafkaException as exc:
+            raise DeliveryError(f"cannot start transactions on topic {topic!r}: {exc.args[0]}") from exc
+        committed = store.load()
+        if committed is not None and skip_if is not None and skip_if(committed):
+            return committed
+        try:
+            producer.begin_transaction()
+            for message in messages:
+                value = encode_control(message)
+                headers: list[tuple[str, str | bytes | None]] = [
+                    (HEADER_TASK, message.task_name.encode()), (HEADER_RUN, message.run_id.encode())]
+                for p in range(partitions):
+                    while True:
+                        try:
+                            producer.produce(topic, value, None, p, headers=headers)
+                            break
+                        except BufferError:
+                            producer.poll(0.05)
+            store.add(producer, marker)
+            producer.commit_transaction(timeout)
+        except KafkaException as exc:
+            with contextlib.suppress(KafkaException):
+                producer.abort_transaction(10.0)
+            raise DeliveryError(f"cannot commit control messages to topic {topic!r}: {exc.args[0]}") from exc
+    return None

@@ -1,0 +1,55 @@
+"""controlmsg on Spark: the ``controlmsg`` data source and session helpers.
+
+``format("controlmsg")`` works the four ways Spark's Kafka connector does::
+
+    df.write.format("controlmsg").option("topic", T).option("runId", R) \\
+        .option("kafka.bootstrap.servers", B).option("key", "user").option("eventTime", "ts").save()
+    spark.read.format("controlmsg").options(...).schema("user string, ts timestamp").load()
+    spark.readStream.format("controlmsg").options(...).schema("user string, _watermark timestamp").load()
+    df.writeStream.format("controlmsg").options(...).option("checkpointLocation", C).start()
+
+The source registers itself in any session whose Python can import this package (Spark imports the
+module ``pyspark_controlmsg`` it installs); :func:`register` does it explicitly. Executors need the
+package installed too (the same environment, or ``spark.submit.pyFiles``).
+
+This package imports pyspark only when one of its names is used, so ``import controlmsg`` and the Kafka
+tools work without pyspark.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from controlmsg.spark.datasource import ControlMsgDataSource
+    from controlmsg.spark.reading import RAW_SCHEMA, EndOfStreamTimeout
+    from controlmsg.spark.session import register, spark_session
+    from controlmsg.spark.writing import end_stream, run_status
+
+__all__ = [
+    "RAW_SCHEMA",
+    "ControlMsgDataSource",
+    "EndOfStreamTimeout",
+    "end_stream",
+    "register",
+    "run_status",
+    "spark_session",
+]
+
+_WHERE = {
+    "ControlMsgDataSource": "controlmsg.spark.datasource",
+    "RAW_SCHEMA": "controlmsg.spark.reading",
+    "EndOfStreamTimeout": "controlmsg.spark.reading",
+    "register": "controlmsg.spark.session",
+    "spark_session": "controlmsg.spark.session",
+    "end_stream": "controlmsg.spark.writing",
+    "run_status": "controlmsg.spark.writing",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'controlmsg.spark' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

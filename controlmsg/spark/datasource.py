@@ -1,0 +1,54 @@
+"""The ``controlmsg`` Spark data source: one class for read, readStream, write and writeStream.
+
+Registered by :func:`controlmsg.spark.register` (or by itself: Spark looks up the module
+``pyspark_controlmsg`` that this package installs). Options are in :mod:`controlmsg.spark.options`; the
+readers in :mod:`controlmsg.spark.reading`, the writers in :mod:`controlmsg.spark.writing`.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from controlmsg.spark.options import ReadOptions, WriteOptions
+from controlmsg.spark.reading import RAW_SCHEMA, BatchReader, StreamReader
+from controlmsg.spark.writing import BatchWriter, StreamWriter
+
+__all__ = ["ControlMsgDataSource"]
+
+
+def _append_only(overwrite: bool) -> None:
+    if overwrite:
+        raise ValueError("the controlmsg data source only appends: a run's records cannot be taken back from a "
+                         "Kafka topic, so mode('overwrite') is refused; use mode('append') and a new runId")
+
+
+class ControlMsgDataSource(DataSource):
+    """``format("controlmsg")``. Without ``.schema()``, reads give ``partition, offset, key, value``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "controlmsg"
+
+    def schema(self) -> str:
+        return RAW_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return BatchReader(ReadOptions.parse(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return StreamReader(ReadOptions.parse(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        _append_only(overwrite)
+        return BatchWriter(WriteOptions.parse(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        _append_only(overwrite)
+        return StreamWriter(WriteOptions.parse(self.options), schema)

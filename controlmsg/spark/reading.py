@@ -1,0 +1,643 @@
+"""Reading an intermediate topic into Spark: the batch reader and the stream reader of ``controlmsg``.
+
+**Batch** (``spark.read``): each Spark task owns a group of the topic's partitions and reads them with a
+:class:`~controlmsg.kafka.reader.ControlReader` (``read_committed``) until end of stream holds for every
+one of them, so the DataFrame is complete exactly when every upstream task of the run has ended on every
+partition; records after a partition's end are not read. Planning waits for the topic (never creating
+it); with ``timeout`` a task fails with :class:`EndOfStreamTimeout` naming each partition not ended and
+the upstream tasks it still waits for. Every reading task holds a core while it waits, so by default
+partitions are grouped so that every task can run at once (``maxTasks``).
+
+**Streaming** (``spark.readStream``): the driver plans each micro-batch by scanning the topic from the
+last offsets to what is readable now, feeding the bookkeeping; the offsets Spark writes to its offset
+log are ``{"offsets": {partition: next offset}, "bookkeeping": <InputTracker snapshot>}``, so a query
+restarted from its ``checkpointLocation`` resumes with the same bookkeeping: no record twice or lost, no
+watermark that goes back. Executors then read exactly the planned offset ranges. The scan reads every
+record once more on the driver (only the first byte of a user record is looked at); that is the price of
+carrying the bookkeeping in Spark's own checkpoint. Under ``trigger(availableNow=True)`` "the data
+available" means the run up to its **end of stream**: the query delivers micro-batches as the upstream
+commits, waits while it is still writing, and terminates once every upstream task has ended on every
+partition.
+
+**Schema.** Without a schema the columns are ``partition int, offset long, key string, value string``.
+With ``.schema(ddl)`` the JSON value is parsed and each field is taken from the JSON object's member of
+that name (missing: null); ``_partition``, ``_offset`` and ``_key`` are the record's position and key
+(``_key`` as string or binary); in a stream, ``_watermark`` (timestamp) is the reconciled watermark of
+the topic in force when the record was read: the watermark at the start of the micro-batch, advanced by
+the control messages read before the record on its own partition, and never above the watermark at the
+micro-batch's end; null until every upstream task has reported on every partition. JSON types map
+directly; timestamp and date fields take ISO-8601 strings, decimals numbers or strings, binary fields
+base64 strings. A value that does not fit its field fails the task with an error naming the field,
+topic and partitions; a value that is not a JSON object, or a key that is not UTF-8 read as a string,
+names the record's offset.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Final
+
+import orjson
+import pyarrow as pa
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from controlmsg.core.bookkeeping import InputTracker, PartitionStatus
+from controlmsg.core.codec import decode
+from controlmsg.core.naming import parse_task_name
+from controlmsg.errors import ControlMsgError, Location, ProtocolError, ReadError
+from controlmsg.kafka.admin import wait_for_topic
+from controlmsg.kafka.reader import ControlReader, DataRecord
+from controlmsg.kafka.writer import HEADER_RUN
+from controlmsg.spark.options import ReadOptions
+from controlmsg.spark.progress import Progress
+
+__all__ = [
+    "RAW_SCHEMA",
+    "BatchReader",
+    "EndOfStreamTimeout",
+    "StreamReader",
+    "TopicPartitions",
+    "waiting_for",
+]
+
+RAW_SCHEMA: Final = "partition int, offset long, key string, value string"
+_RAW_NAMES: Final = ("partition", "offset", "key", "value")
+_META_PARTITION: Final = "_partition"
+_META_OFFSET: Final = "_offset"
+_META_KEY: Final = "_key"
+_META_WATERMARK: Final = "_watermark"
+_POLL_S: Final = 0.1  # consume() waits for a whole batch or this: short polls keep a small stream moving
+_OFFSETS_FORMAT: Final = 1
+
+Builder = Callable[[list[DataRecord], str, "list[int | None] | None"], pa.RecordBatch]
+
+
+class EndOfStreamTimeout(ControlMsgError):
+    """A reader's partitions did not all reach end of stream in time. The message names each partition
+    still open and the upstream tasks it waits for; ``statuses`` holds the details."""
+
+    def __init__(self, message: str, statuses: Sequence[PartitionStatus]) -> None:
+        super().__init__(message)
+        self.statuses = list(statuses)
+
+
+class TopicPartitions(InputPartition):
+    """One batch task's share of the topic: the partitions it reads to end of stream."""
+
+    def __init__(self, partitions: Sequence[int]) -> None:
+        super().__init__(tuple(partitions))
+        self.partitions = tuple(partitions)
+
+
+def _arrow_schema(schema: StructType) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def _builder(schema: StructType) -> tuple[Builder, bool]:
+    """The batch builder for ``schema`` and whether it has a ``_watermark`` field."""
+    arrow_schema = _arrow_schema(schema)
+    if tuple(schema.fieldNames()) == _RAW_NAMES:
+        return _raw_builder(arrow_schema), False
+    return _json_builder(arrow_schema), _META_WATERMARK in schema.fieldNames()
+
+
+# ---------------------------------------------------------------------------------------------- batch
+
+
+class BatchReader(DataSourceReader):
+    """``spark.read.format("controlmsg")``: see the module docstring."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        if _META_WATERMARK in schema.fieldNames():
+            raise ValueError("the field '_watermark' is filled by readStream only; a batch read ends at end of "
+                             "stream, where every window can close")
+        self.opts = options
+        self.schema = schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Runs at planning time: waits for the topic (up to ``timeout``), then groups its partitions."""
+        opts = self.opts
+        count = wait_for_topic(dict(opts.config), opts.topic, opts.timeout)
+        return [TopicPartitions(group) for group in _groups(range(count), opts)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, TopicPartitions)
+        return _read_to_end(self.opts, self.schema, list(partition.partitions))
+
+
+def _groups(partitions: Sequence[int], opts: ReadOptions) -> list[list[int]]:
+    parts = list(partitions)
+    step = opts.partitions_per_task
+    if opts.max_tasks is not None:
+        step = max(step, -(-len(parts) // opts.max_tasks))
+    return [parts[i:i + step] for i in range(0, len(parts), step)]
+
+
+def _read_to_end(opts: ReadOptions, schema: StructType, partitions: list[int]) -> Iterator[pa.RecordBatch]:
+    """Read ``partitions`` to end of stream, yielding Arrow batches of ``schema`` (runs in a worker)."""
+    started = time.monotonic()
+    deadline = None if opts.timeout is None else started + opts.timeout
+    build, _ = _builder(schema)
+    reader = ControlReader(
+        dict(opts.config),
+        opts.topic,
+        partitions=partitions,
+        run_id=opts.run_id,
+        stop_at_end=True,
+        batch_size=max(opts.batch_rows, 1000),
+        topic_timeout=opts.timeout if opts.timeout is not None else 30.0,
+    )
+    progress = Progress(f"reader {opts.topic} partitions {partitions}")
+    try:
+        pending: list[DataRecord] = []
+        tracker = reader.tracker
+        records = 0
+        while not tracker.is_ended:
+            if progress.due():
+                progress.log(f"{records} records, watermark {_mark(tracker.emitted_watermark)}, "
+                             f"{len(tracker.ended_partitions)} of {len(partitions)} partitions ended")
+            wait = _POLL_S
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    raise _timeout_error(opts, tracker, partitions)
+            for item in reader.poll(wait):
+                if type(item) is DataRecord:
+                    pending.append(item)
+                    records += 1
+            if len(pending) >= opts.batch_rows:
+                yield build(pending, opts.topic, None)
+                pending = []
+        if pending:
+            yield build(pending, opts.topic, None)
+    finally:
+        reader.close()
+
+
+def _mark(ts: int | None) -> str:
+    return "undefined" if ts is None else str(ts)
+
+
+# ---------------------------------------------------------------------------------------------- stream
+
+
+class StreamRange(InputPartition):
+    """One micro-batch task's share: partitions with their ``[start, end)`` offsets, the bookkeeping at
+    the micro-batch's start and the watermark at its end (``None``: undefined)."""
+
+    def __init__(self, ranges: Sequence[tuple[int, int, int]], bookkeeping: dict[str, Any],
+                 end_watermark: int | None) -> None:
+        super().__init__(tuple(ranges))
+        self.ranges = tuple(ranges)
+        self.bookkeeping = bookkeeping
+        self.end_watermark = end_watermark
+
+
+@dataclass
+class _Scan:
+    """The driver's reading position: next offset per partition and the bookkeeping there."""
+
+    positions: dict[int, int]
+    tracker: InputTracker
+
+    def offset(self) -> dict[str, Any]:
+        return {"format": _OFFSETS_FORMAT,
+                "offsets": {str(p): o for p, o in sorted(self.positions.items())},
+                "bookkeeping": self.tracker.snapshot()}
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("controlmsg")``: see the module docstring. Runs on the driver."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        self.opts = options
+        self.schema = schema
+        _builder(schema)  # refuse a schema that cannot be built, at planning time
+        self._available_now = False
+        self._started = time.monotonic()
+        self._consumer: Consumer | None = None
+        self._scan: _Scan | None = None  # where the consumer stands, when it is in step with a scan
+        self._at_end: set[int] = set()  # partitions the consumer has read to their end (no record since)
+        self._partitions: list[int] | None = None
+
+    # ---------------------------------------------------------------- Spark's calls
+
+    def initialOffset(self) -> dict[str, Any]:
+        parts = self._topic_partitions()
+        tracker = InputTracker(parts, self.opts.run_id, self.opts.topic)
+        return _Scan({p: OFFSET_BEGINNING for p in parts}, tracker).offset()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = True
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.opts.max_offsets_per_trigger
+        return ReadAllAvailable() if n is None else ReadMaxRows(n)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        scan = self._resume(start)
+        if scan.tracker.is_ended:
+            return start
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        while True:
+            moved = self._advance(scan, max_rows)
+            if moved or not self._available_now or scan.tracker.is_ended:
+                break
+            # AvailableNow ends the query when no offset moves; a controlmsg run is available up to its
+            # end of stream, so wait for the upstream instead (or fail after `timeout`).
+            self._check_deadline(scan)
+        return scan.offset() if moved else start
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        begin, stop = _positions(start), _positions(end)
+        moved = [p for p in sorted(stop) if stop[p] != begin.get(p, OFFSET_BEGINNING)]
+        end_wm = end["bookkeeping"].get("emittedWatermark")
+        return [StreamRange([(p, begin.get(p, OFFSET_BEGINNING), stop[p]) for p in group], start["bookkeeping"],
+                            end_wm)
+                for group in _groups(moved, self.opts)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, StreamRange)
+        return _read_range(self.opts, self.schema, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass  # the position lives in Spark's offset log; Kafka holds nothing of ours
+
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    # ---------------------------------------------------------------- the driver's scan
+
+    def _topic_partitions(self) -> list[int]:
+        if self._partitions is None:
+            count = wait_for_topic(dict(self.opts.config), self.opts.topic, self.opts.timeout)
+            self._partitions = list(range(count))
+        return self._partitions
+
+    def _resume(self, start: dict[str, Any]) -> _Scan:
+        """The scan state at ``start``: the one in memory when the consumer stands there, else restored
+        from the offset (after a restart, or a replanned batch) and the consumer moved there."""
+        if self._scan is not None and self._scan.offset() == start:
+            return self._scan
+        if start.get("format") != _OFFSETS_FORMAT:
+            raise ControlMsgError(f"topic {self.opts.topic!r}: the streaming checkpoint's offset is not a "
+                                  f"controlmsg offset of format {_OFFSETS_FORMAT}: {str(start)[:200]}")
+        positions = _positions(start)
+        if sorted(positions) != self._topic_partitions():
+            raise ControlMsgError(
+                f"topic {self.opts.topic!r} has partitions {self._topic_partitions()}, the query's checkpoint "
+                f"has {sorted(positions)}: adding partitions to a topic in the middle of a run is not supported")
+        tracker = InputTracker.restore(start["bookkeeping"], self.opts.run_id)
+        tracker.topic = self.opts.topic
+        scan = _Scan(positions, tracker)
+        self._seek(scan)
+        self._scan = scan
+        return scan
+
+    def _seek(self, scan: _Scan) -> None:
+        consumer = self._open_consumer()
+        consumer.assign([TopicPartition(self.opts.topic, p, o) for p, o in scan.positions.items()])
+        self._at_end = set(scan.tracker.ended_partitions)
+
+    def _open_consumer(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(_consumer_conf(self.opts, eof=True))
+        return self._consumer
+
+    def _advance(self, scan: _Scan, max_rows: int | None) -> bool:
+        """Read from the scan's position to what is readable now (every partition at its end), at most
+        ``max_rows`` user records, at most ``maxScanMs``; feed control messages to the bookkeeping.
+        Returns whether any position moved."""
+        consumer = self._open_consumer()
+        topic = self.opts.topic
+        tracker = scan.tracker
+        positions = scan.positions
+        at_end = self._at_end
+        before = dict(positions)
+        rows = 0
+        deadline = time.monotonic() + self.opts.max_scan_ms / 1000.0
+        limited = False
+        first = True  # one consume at least: partitions at their end last time may have more now
+        while (first or len(at_end) < len(positions)) and time.monotonic() < deadline:
+            first = False
+            try:
+                msgs: list[Any] = consumer.consume(1000, _POLL_S)
+            except KafkaException as exc:
+                raise ReadError(f"reading topic {topic!r} failed: {exc.args[0]}") from exc
+            for i, msg in enumerate(msgs):
+                p = msg.partition()
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        at_end.add(p)
+                        continue
+                    raise ReadError(f"reading topic {topic!r} partition {p} failed: {err.str()}")
+                if p in tracker.ended_partitions:
+                    continue  # after a partition's end: not part of the run
+                at_end.discard(p)
+                off = msg.offset()
+                value = msg.value()
+                if value and value[0] == 0:
+                    if max_rows is not None and rows >= max_rows:
+                        limited = True
+                        break
+                    rows += 1
+                else:
+                    try:
+                        decoded = decode(value)
+                        assert not isinstance(decoded, bytes)
+                        tracker.on_control(p, decoded, off)
+                    except ProtocolError as exc:
+                        self._scan = None
+                        raise exc.at(Location(topic, p, off)) from None
+                    if p in tracker.ended_partitions:
+                        at_end.add(p)
+                    if tracker.is_ended:
+                        positions[p] = off + 1
+                        limited = i + 1 < len(msgs)
+                        at_end.update(positions)
+                        break
+                positions[p] = off + 1
+            if limited:
+                break
+        if limited:
+            self._seek(scan)  # the consumer read ahead of the positions
+        return positions != before
+
+    def _check_deadline(self, scan: _Scan) -> None:
+        timeout = self.opts.timeout
+        if timeout is not None and time.monotonic() - self._started > timeout:
+            raise _timeout_error(self.opts, scan.tracker, sorted(scan.positions))
+
+
+def _positions(offset: dict[str, Any]) -> dict[int, int]:
+    return {int(p): int(o) for p, o in offset["offsets"].items()}
+
+
+def _consumer_conf(opts: ReadOptions, *, eof: bool) -> dict[str, Any]:
+    return {
+        "group.id": f"controlmsg-stream-{opts.topic}",  # never joins nor commits: assign() only
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        # A planned offset that is gone (retention) is data loss: fail, naming it, rather than skip.
+        "auto.offset.reset": "error",
+        "enable.partition.eof": eof,
+        **dict(opts.config),
+    }
+
+
+def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Iterator[pa.RecordBatch]:
+    """Read the planned ``[start, end)`` offsets of some partitions (runs in a worker). The driver has read
+    them already, so every offset up to ``end - 1`` that ``read_committed`` delivers is there."""
+    build, with_watermark = _builder(schema)
+    topic = opts.topic
+    run = opts.run_id.encode()
+    end = {p: stop for p, _, stop in part.ranges}
+    open_parts = {p for p, start, stop in part.ranges if start != stop}
+    trackers: dict[int, InputTracker] = {}
+    marks: dict[int, int | None] = {}
+    if with_watermark:
+        for p in open_parts:
+            trackers[p] = InputTracker.restore(part.bookkeeping, opts.run_id)
+            trackers[p].topic = topic
+            marks[p] = _capped(trackers[p].emitted_watermark, part.end_watermark)
+    consumer = Consumer(_consumer_conf(opts, eof=False))
+    consumer.assign([TopicPartition(topic, p, start) for p, start, stop in part.ranges if start != stop])
+    wait_s = opts.timeout if opts.timeout is not None else 120.0
+    last_record = time.monotonic()
+    pending: list[DataRecord] = []
+    pending_marks: list[int | None] | None = [] if with_watermark else None
+    try:
+        while open_parts:
+            try:
+                msgs: list[Any] = consumer.consume(max(opts.batch_rows, 1000), _POLL_S)
+            except KafkaException as exc:
+                raise ReadError(f"reading topic {topic!r} failed: {exc.args[0]}") from exc
+            if not msgs and time.monotonic() - last_record > wait_s:
+                raise ReadError(
+                    f"topic {topic!r}: partitions {sorted(open_parts)} gave no record for {wait_s:g} s before "
+                    f"the planned offsets {({p: end[p] for p in open_parts})}")
+            for msg in msgs:
+                p = msg.partition()
+                err = msg.error()
+                if err is not None:
+                    raise ReadError(f"reading topic {topic!r} partition {p} failed: {err.str()}")
+                if p not in open_parts:
+                    continue
+                last_record = time.monotonic()
+                off = msg.offset()
+                if off >= end[p]:
+                    open_parts.discard(p)
+                    continue
+                if off == end[p] - 1:
+                    open_parts.discard(p)
+                value = msg.value()
+                if value and value[0] == 0:
+                    if not _same_run(msg, run):
+                        continue
+                    pending.append(DataRecord(p, off, msg.key(), value[1:]))
+                    if pending_marks is not None:
+                        pending_marks.append(marks[p])
+                elif with_watermark:
+                    decoded = decode(value)
+                    assert not isinstance(decoded, bytes)
+                    trackers[p].on_control(p, decoded, off)
+                    marks[p] = _capped(trackers[p].emitted_watermark, part.end_watermark)
+            if len(pending) >= opts.batch_rows:
+                yield build(pending, topic, pending_marks)
+                pending = []
+                pending_marks = [] if with_watermark else None
+        if pending:
+            yield build(pending, topic, pending_marks)
+    finally:
+        consumer.close()
+
+
+def _capped(mark: int | None, cap: int | None) -> int | None:
+    if mark is None or cap is None:
+        return None
+    return min(mark, cap)
+
+
+def _same_run(msg: Any, run: bytes) -> bool:
+    for name, val in msg.headers() or ():
+        if name == HEADER_RUN:
+            return bool(val == run)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------- timeouts
+
+
+def _expected_names(tracker: InputTracker) -> set[str] | None:
+    """All task names of the run, when they follow :func:`~controlmsg.core.naming.task_name`'s pattern
+    (one prefix, indexes below the task count); ``None`` when that cannot be told."""
+    count = tracker.task_count
+    if count is None:
+        return None
+    known: set[str] = set()
+    for status in tracker.statuses():
+        known |= status.reported_tasks
+    prefixes = set()
+    for name in known:
+        parsed = parse_task_name(name)
+        if parsed is None or parsed[1] >= count:
+            return None
+        prefixes.add(parsed[0])
+    if len(prefixes) != 1:
+        return None
+    (prefix,) = prefixes
+    return {f"{prefix}-p{i}" for i in range(count)}
+
+
+def waiting_for(status: PartitionStatus, expected: set[str] | None = None) -> str:
+    """What partition ``status`` still waits for, in words: the upstream tasks that reported but have
+    not ended, and those not heard from (by name when ``expected`` holds every task name)."""
+    if status.task_count is None:
+        return "no control message of the run yet (upstream task count unknown)"
+    parts = []
+    if status.open_tasks:
+        parts.append("upstream tasks " + ", ".join(status.open_tasks) + " (reported, not ended)")
+    unheard = status.unheard_tasks or 0
+    if unheard:
+        if expected is not None:
+            names = sorted(expected - status.reported_tasks, key=_task_order)
+            parts.append("upstream tasks " + ", ".join(names) + " (not heard from)")
+        else:
+            parts.append(f"{unheard} upstream task(s) not heard from")
+    ended = f"{len(status.ended_tasks)} of {status.task_count} ended"
+    return f"waiting for end of stream from {' and '.join(parts)}; {ended}"
+
+
+def _task_order(name: str) -> tuple[str, int]:
+    parsed = parse_task_name(name)
+    return parsed if parsed is not None else (name, -1)
+
+
+def _timeout_error(opts: ReadOptions, tracker: InputTracker, partitions: list[int]) -> EndOfStreamTimeout:
+    statuses = [s for s in tracker.statuses() if not s.is_ended]
+    expected = _expected_names(tracker)
+    lines = [f"partition {s.partition}: {waiting_for(s, expected)}" for s in statuses]
+    message = (
+        f"topic {opts.topic!r} run {opts.run_id!r}: end of stream not reached within {opts.timeout:g} s on "
+        f"partitions {[s.partition for s in statuses]} (this reader reads {partitions}); " + "; ".join(lines)
+    )
+    return EndOfStreamTimeout(message, statuses)
+
+
+# ---------------------------------------------------------------------------------------------- batches
+
+
+def _keys_as_text(records: list[DataRecord], topic: str) -> list[str | None]:
+    out: list[str | None] = []
+    for r in records:
+        if r.key is None:
+            out.append(None)
+            continue
+        try:
+            out.append(r.key.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise ReadError(
+                f"topic {topic!r} partition {r.partition} offset {r.offset}: the key is not UTF-8 text; "
+                "declare the key field as binary to read it as bytes") from None
+    return out
+
+
+def _raw_builder(schema: pa.Schema) -> Builder:
+    key_type = schema.field("key").type
+    value_type = schema.field("value").type
+
+    def build(records: list[DataRecord], topic: str, _marks: list[int | None] | None) -> pa.RecordBatch:
+        try:
+            keys = (pa.array([r.key for r in records], pa.binary()) if pa.types.is_binary(key_type)
+                    else pa.array(_keys_as_text(records, topic), pa.string()).cast(key_type))
+            values = pa.array([r.payload for r in records], pa.binary())
+            arrays = [
+                pa.array([r.partition for r in records], schema.field("partition").type),
+                pa.array([r.offset for r in records], schema.field("offset").type),
+                keys,
+                values if pa.types.is_binary(value_type) else values.cast(value_type),
+            ]
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise ReadError(f"topic {topic!r} partitions {_parts(records)}: cannot make a batch: {exc}") from exc
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    return build
+
+
+def _json_builder(schema: pa.Schema) -> Builder:
+    loads = orjson.loads
+
+    def build(records: list[DataRecord], topic: str, marks: list[int | None] | None) -> pa.RecordBatch:
+        try:
+            objects = [loads(r.payload) for r in records]
+        except orjson.JSONDecodeError:
+            bad = next(r for r in records if not _is_json(r.payload))
+            raise ReadError(
+                f"topic {topic!r} partition {bad.partition} offset {bad.offset}: the value is not JSON"
+            ) from None
+        for obj, rec in zip(objects, records, strict=True):
+            if type(obj) is not dict:
+                raise ReadError(
+                    f"topic {topic!r} partition {rec.partition} offset {rec.offset}: the value is a JSON "
+                    f"{type(obj).__name__}, not an object"
+                )
+        arrays = []
+        for field in schema:
+            name = field.name
+            if name == _META_PARTITION:
+                values: list[Any] = [r.partition for r in records]
+            elif name == _META_OFFSET:
+                values = [r.offset for r in records]
+            elif name == _META_KEY:
+                values = ([r.key for r in records] if pa.types.is_binary(field.type)
+                          else _keys_as_text(records, topic))
+            elif name == _META_WATERMARK and marks is not None:
+                arrays.append(pa.array(marks, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(field.type))
+                continue
+            else:
+                values = [o.get(name) for o in objects]
+            try:
+                arrays.append(_to_arrow(values, field.type))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError, ArithmeticError) as exc:
+                raise ReadError(
+                    f"topic {topic!r} partitions {_parts(records)}: field {name!r} does not fit type "
+                    f"{field.type}: {exc}"
+                ) from exc
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    return build
+
+
+def _to_arrow(values: list[Any], dtype: pa.DataType) -> pa.Array:
+    if pa.types.is_timestamp(dtype) or pa.types.is_date(dtype) or pa.types.is_time(dtype):
+        return pa.array(values, pa.string()).cast(dtype)
+    if pa.types.is_decimal(dtype):
+        return pa.array([None if v is None else Decimal(v if isinstance(v, str) else repr(v)) for v in values], dtype)
+    if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
+        return pa.array([None if v is None else base64.b64decode(v, validate=True) for v in values], dtype)
+    return pa.array(values, dtype)
+
+
+def _is_json(payload: bytes) -> bool:
+    try:
+        orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def _parts(records: list[DataRecord]) -> list[int]:
+    return sorted({r.partition for r in records})

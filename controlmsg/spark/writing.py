@@ -1,0 +1,387 @@
+"""Writing a DataFrame to an intermediate topic: the batch and stream writers of ``controlmsg``.
+
+**Tasks write records; the driver writes the control messages.** Each Spark write task is one upstream
+task (``taskName`` from :func:`~controlmsg.core.naming.task_name`: ``<job>-<runId>-p<partition id>``).
+It writes its rows, keyed by the ``key`` column, in ONE Kafka transaction with a commit marker (see
+:mod:`controlmsg.kafka.markers`) and reports what it wrote. ``taskCount`` is the number of tasks that
+reported, which only the driver's ``commit()`` knows: Python's ``TaskContext`` does not tell a task how
+many partitions are being written, and the data source is never shown the DataFrame, so a count fixed
+before the write cannot be had from ``df.write``. So the driver, once every task has committed, writes the
+control messages of all tasks (``taskCount`` = tasks reported) to every partition in one transaction with
+a marker of its own:
+
+* batch (``df.write``): the end of stream of every task. Intermediate watermarks are not written: every
+  task's records become visible at once when it commits, and a reader's watermark needs every task to
+  have reported, so no watermark could move a reader before the end of stream, which counts as +infinity.
+* stream (``df.writeStream``), after every micro-batch: one watermark for every task, the largest
+  ``eventTime`` written so far minus ``allowedLateness`` (Spark's own rule for ``withWatermark``: event
+  time is compared across partitions, because partition *i* of one micro-batch has nothing to do with
+  partition *i* of the next). The stream ends when :func:`end_stream` is called, typically after an
+  ``availableNow`` query terminated.
+
+**Exactly once.** Every attempt of a task uses the same transactional id; initialising transactions
+fences older attempts and finishes their transactions, then the task reads its marker: if an attempt
+already committed this write (a batch write) or this micro-batch (a stream, the marker holds the batch
+id), it writes nothing and reports the committed figures. The driver's control round is guarded the same
+way, so a replayed micro-batch (a query restarted from its checkpoint) writes nothing twice. A marker of
+another streaming query (another ``queryId``) is refused: a new query needs a new ``runId``.
+
+Record values are the row as a JSON object: every column, nulls kept, timestamps as ISO-8601 in UTC
+(``...Z``), dates as ``YYYY-MM-DD``, decimals as exact JSON numbers, binary as base64, structs, arrays and
+maps as JSON objects and arrays. Keys are the ``key`` column as a string (null without ``key``).
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Final
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import DateType, NumericType, StructType, TimestampNTZType, TimestampType
+
+from controlmsg.core.messages import MAX_TIMESTAMP, MIN_TIMESTAMP, EndOfStreamMessage, WatermarkMessage
+from controlmsg.core.naming import driver_transactional_id, task_name, transactional_id
+from controlmsg.errors import ControlMsgError
+from controlmsg.kafka.admin import create_topic
+from controlmsg.kafka.markers import MarkerStore, write_control_round
+from controlmsg.kafka.writer import ControlWriter
+from controlmsg.spark.options import WriteOptions
+from controlmsg.spark.progress import Progress
+
+__all__ = ["BatchWriter", "StreamWriter", "TaskCommit", "end_stream", "run_status"]
+
+_BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
+_QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
+_JSON_OPTIONS: Final = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC | orjson.OPT_NON_STR_KEYS
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCommit(WriterCommitMessage):
+    """What one write task reports to the driver. ``already_committed``: an earlier attempt had committed
+    and this one wrote nothing (the figures are the committed ones)."""
+
+    index: int
+    attempt: int
+    rows: int
+    max_event_time: int | None
+    already_committed: bool
+    query_id: str | None
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Everything a write task needs, fixed on the driver and pickled with the writer."""
+
+    opts: WriteOptions
+    partitions: int
+    key_index: int | None
+    event_time_index: int | None
+
+
+def _plan(opts: WriteOptions, schema: StructType) -> _Plan:
+    """Check the columns against ``schema``, create the topic when missing; returns the plan."""
+    names = schema.fieldNames()
+    key_index = event_index = None
+    if opts.key is not None:
+        if opts.key not in names:
+            raise ValueError(f"option 'key': no column {opts.key!r} (columns: {', '.join(names)})")
+        key_index = names.index(opts.key)
+    if opts.event_time is not None:
+        if opts.event_time not in names:
+            raise ValueError(f"option 'eventTime': no column {opts.event_time!r} (columns: {', '.join(names)})")
+        event_index = names.index(opts.event_time)
+        dtype = schema[opts.event_time].dataType
+        if not isinstance(dtype, TimestampType | TimestampNTZType | DateType | NumericType):
+            raise ValueError(f"option 'eventTime': column {opts.event_time!r} must be a timestamp, a date or epoch "
+                             f"milliseconds (a number), not {dtype.simpleString()}")
+    if not names:
+        raise ValueError("a record value needs at least one column")
+    config = dict(opts.config)
+    from controlmsg.kafka.admin import partition_count
+
+    have = partition_count(config, opts.topic, opts.timeout)
+    if have is None:
+        create_topic(config, opts.topic, opts.partitions, replication_factor=opts.replication_factor,
+                     timeout=opts.timeout)
+        have = opts.partitions
+    return _Plan(opts, have, key_index, event_index)
+
+
+def _refuse_ended(opts: WriteOptions) -> dict[str, Any] | None:
+    """The driver's committed marker of this run; refuse to write to a run that has ended."""
+    marker = run_status(opts)
+    if marker is not None and marker.get("ended"):
+        raise ControlMsgError(
+            f"topic {opts.topic!r}: run {opts.run_id!r} of job {opts.job!r} has already ended (its "
+            f"{marker.get('taskCount')} tasks wrote their end of stream); write a new run with a new runId")
+    return marker
+
+
+# ---------------------------------------------------------------------------------------------- batch
+
+
+class BatchWriter(DataSourceArrowWriter):
+    """``df.write.format("controlmsg")``: see the module docstring. Created on the driver."""
+
+    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
+        self.plan = _plan(opts, schema)
+        _refuse_ended(opts)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskCommit:
+        return _write_task(self.plan, iterator, batch_id=0, query_id=None)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        opts = self.plan.opts
+        commits = _task_commits(opts, messages)
+        n = len(commits)
+        ends = [EndOfStreamMessage(task_name(opts.job, opts.run_id, i), n, opts.run_id) for i in range(n)]
+        rows = sum(c.rows for c in commits)
+        marker = {"ended": True, "taskCount": n, "rows": rows, "maxEventTime": _max_time(commits)}
+        done = write_control_round(dict(opts.config), opts.topic, self.plan.partitions, ends,
+                                   transactional_id=driver_transactional_id(opts.topic, opts.job, opts.run_id),
+                                   marker=marker, skip_if=lambda m: bool(m.get("ended")), timeout=opts.timeout)
+        if done is not None and done.get("taskCount") != n:
+            raise ControlMsgError(f"topic {opts.topic!r}: run {opts.run_id!r} had already ended with "
+                                  f"{done.get('taskCount')} tasks, this write has {n}; use a new runId")
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass  # failed tasks aborted their transactions; committed ones stay, and a rerun skips them
+
+
+def _task_commits(opts: WriteOptions, messages: Sequence[WriterCommitMessage | None]) -> list[TaskCommit]:
+    commits = sorted((m for m in messages if isinstance(m, TaskCommit)), key=lambda c: c.index)
+    if [c.index for c in commits] != list(range(len(messages))):
+        raise ControlMsgError(f"write to topic {opts.topic!r}: expected reports of tasks 0..{len(messages) - 1}, "
+                              f"got {[c.index for c in commits]}")
+    return commits
+
+
+def _max_time(commits: Sequence[TaskCommit]) -> int | None:
+    times = [c.max_event_time for c in commits if c.max_event_time is not None]
+    return max(times) if times else None
+
+
+# ---------------------------------------------------------------------------------------------- stream
+
+
+class StreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("controlmsg")``: see the module docstring. Created on the driver."""
+
+    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
+        self.plan = _plan(opts, schema)
+        _refuse_ended(opts)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskCommit:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        assert ctx is not None
+        batch = ctx.getLocalProperty(_BATCH_ID_PROPERTY)
+        if batch is None or not batch.lstrip("-").isdigit():
+            raise ControlMsgError(f"write to topic {self.plan.opts.topic!r}: the micro-batch id did not reach the "
+                                  f"task (local property {_BATCH_ID_PROPERTY!r} is {batch!r})")
+        return _write_task(self.plan, iterator, batch_id=int(batch),
+                           query_id=ctx.getLocalProperty(_QUERY_ID_PROPERTY))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if not messages:
+            return
+        opts = self.plan.opts
+        commits = _task_commits(opts, messages)
+        n = len(commits)
+        query = commits[0].query_id
+        group = driver_transactional_id(opts.topic, opts.job, opts.run_id)
+        with MarkerStore(dict(opts.config), group, opts.topic, opts.timeout) as store:
+            before = store.load()
+        previous: int | None = None
+        if before is not None:
+            _check_same_stream(opts, before, n, query)
+            previous = before.get("watermark")
+        top = _max_time(commits)
+        mark = previous
+        if top is not None:
+            candidate = min(max(top - opts.allowed_lateness_ms, MIN_TIMESTAMP), MAX_TIMESTAMP - 1)
+            mark = candidate if previous is None else max(previous, candidate)
+        messages_out = ([] if mark is None or mark == previous else
+                        [WatermarkMessage(task_name(opts.job, opts.run_id, i), n, mark, opts.run_id) for i in range(n)])
+        marker = {"batch": batchId, "taskCount": n, "watermark": mark, "queryId": query}
+
+        def done(committed: dict[str, Any]) -> bool:
+            _check_same_stream(opts, committed, n, query)
+            return int(committed.get("batch", -1)) >= batchId
+
+        write_control_round(dict(opts.config), opts.topic, self.plan.partitions, messages_out,
+                            transactional_id=group, marker=marker, skip_if=done, timeout=opts.timeout)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
+
+
+def _check_same_stream(opts: WriteOptions, marker: Mapping[str, Any], n: int, query: str | None) -> None:
+    where = f"topic {opts.topic!r} run {opts.run_id!r}"
+    if marker.get("ended"):
+        raise ControlMsgError(f"{where} has already ended; a new stream needs a new runId")
+    if marker.get("queryId") != query:
+        raise ControlMsgError(f"{where} is written by streaming query {marker.get('queryId')}, not by this query "
+                              f"{query}; a new query (a new checkpointLocation) needs a new runId")
+    if marker.get("taskCount") != n:
+        raise ControlMsgError(
+            f"{where}: this micro-batch has {n} writer partitions, earlier ones had {marker.get('taskCount')}; "
+            "the upstream task count is fixed for a run: repartition the stream to a fixed number of partitions "
+            "before writeStream")
+
+
+def end_stream(options: Mapping[str, str]) -> int:
+    """End the run that a ``writeStream.format("controlmsg")`` query wrote: the end of stream of each of its
+    tasks, to every partition, in one transaction. ``options``: the options given to the query (at least
+    ``topic``, ``runId``, ``kafka.bootstrap.servers``; ``job`` if set). Call it after the query stopped
+    (``awaitTermination()`` of an ``availableNow`` query). Idempotent: a run already ended is left as it
+    is. Returns the task count. Raises :class:`~controlmsg.errors.ControlMsgError` when nothing of the run
+    was committed yet (there is no task count to end)."""
+    from controlmsg.kafka.admin import wait_for_topic
+
+    opts = WriteOptions.parse(options)
+    marker = run_status(opts)
+    if marker is None:
+        raise ControlMsgError(f"topic {opts.topic!r}: no micro-batch of run {opts.run_id!r} (job {opts.job!r}) "
+                              "was committed, so its task count is unknown and there is no stream to end")
+    n = int(marker["taskCount"])
+    if marker.get("ended"):
+        return n
+    config = dict(opts.config)
+    partitions = wait_for_topic(config, opts.topic, opts.timeout)
+    ends = [EndOfStreamMessage(task_name(opts.job, opts.run_id, i), n, opts.run_id) for i in range(n)]
+    write_control_round(config, opts.topic, partitions, ends,
+                        transactional_id=driver_transactional_id(opts.topic, opts.job, opts.run_id),
+                        marker={**marker, "ended": True}, skip_if=lambda m: bool(m.get("ended")),
+                        timeout=opts.timeout)
+    return n
+
+
+def run_status(options: WriteOptions | Mapping[str, str]) -> dict[str, Any] | None:
+    """What the driver of a ``controlmsg`` write has committed for its run: ``None`` before the first
+    commit, else ``{"taskCount", "ended", ...}`` (a batch write adds ``rows`` and ``maxEventTime``; a
+    stream the last ``batch``, its ``watermark`` and ``queryId``)."""
+    opts = options if isinstance(options, WriteOptions) else WriteOptions.parse(options)
+    group = driver_transactional_id(opts.topic, opts.job, opts.run_id)
+    with MarkerStore(dict(opts.config), group, opts.topic, opts.timeout) as store:
+        return store.load()
+
+
+# ---------------------------------------------------------------------------------------------- tasks
+
+
+def _write_task(plan: _Plan, batches: Iterator[pa.RecordBatch], *, batch_id: int,
+                query_id: str | None) -> TaskCommit:
+    """The body of one write task (runs in a Spark Python worker)."""
+    from pyspark import TaskContext
+
+    started = time.monotonic()
+    ctx = TaskContext.get()
+    assert ctx is not None
+    index, attempt = ctx.partitionId(), ctx.attemptNumber()
+    opts = plan.opts
+    name = task_name(opts.job, opts.run_id, index)
+    txn_id = transactional_id(opts.topic, name)
+    config = dict(opts.config)
+    writer = ControlWriter(
+        {"transaction.timeout.ms": opts.transaction_timeout_ms, **config, "transactional.id": txn_id},
+        opts.topic, task_name=name, task_count=None, run_id=opts.run_id, partitions=plan.partitions,
+        data_headers=opts.data_headers, topic_timeout=opts.timeout,
+    )
+    # init_transactions (in the writer) has fenced earlier attempts and finished their transactions, so the
+    # marker now tells for sure whether one of them committed.
+    with MarkerStore(config, txn_id, opts.topic, opts.timeout) as store:
+        earlier = store.load()
+        if earlier is not None and earlier.get("queryId") != query_id:
+            writer.close(opts.timeout)
+            raise ControlMsgError(
+                f"topic {opts.topic!r}: task {name!r} was written by streaming query {earlier.get('queryId')}, "
+                f"not by this one ({query_id}); a new query (a new checkpointLocation) needs a new runId")
+        if earlier is not None and int(earlier.get("batch", 0)) >= batch_id:
+            writer.close(opts.timeout)  # nothing was sent: ends the empty transaction
+            for _ in batches:  # the input must still be consumed
+                pass
+            return TaskCommit(index, attempt, int(earlier["rows"]), earlier.get("maxEventTime"), True, query_id,
+                              time.monotonic() - started)
+        with writer:  # an exception inside aborts the transaction
+            rows, max_t = _write_rows(writer, batches, plan)
+            store.add(writer, {"batch": batch_id, "rows": rows, "maxEventTime": max_t, "attempt": attempt,
+                               "queryId": query_id}, rows)
+        # Leaving the block committed the transaction: the records and the marker together.
+    return TaskCommit(index, attempt, rows, max_t, False, query_id, time.monotonic() - started)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return orjson.Fragment(str(value))
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    raise TypeError(f"cannot write a value of type {type(value).__name__} as JSON")
+
+
+def _utc(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Zoned timestamp columns in UTC (the instant is the same), so the JSON says ``Z``."""
+    columns = []
+    changed = False
+    for column in batch.columns:
+        dtype = column.type
+        if pa.types.is_timestamp(dtype) and dtype.tz is not None and dtype.tz != "UTC":
+            column = column.cast(pa.timestamp(dtype.unit, tz="UTC"))
+            changed = True
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names) if changed else batch
+
+
+def _event_ms(column: pa.Array) -> int | None:
+    """The largest event time of ``column`` in epoch ms (``None`` if all null)."""
+    dtype = column.type
+    if pa.types.is_timestamp(dtype):
+        column = column.cast(pa.timestamp(dtype.unit, tz=dtype.tz)).cast(pa.int64())
+        top = pc.max(column).as_py()
+        if top is None:
+            return None
+        per_ms = {"s": 1 / 1000, "ms": 1, "us": 1000, "ns": 1_000_000}[dtype.unit]
+        return int(top // per_ms) if per_ms >= 1 else int(top * 1000)
+    if pa.types.is_date(dtype):
+        top = pc.max(column.cast(pa.date32()).cast(pa.int32())).as_py()
+        return None if top is None else int(top) * 86_400_000
+    top = pc.max(column).as_py()
+    return None if top is None else int(top)
+
+
+def _write_rows(writer: ControlWriter, batches: Iterator[pa.RecordBatch], plan: _Plan) -> tuple[int, int | None]:
+    """Send every row as a JSON record; return the number of rows and the largest event time."""
+    send = writer.send_bytes
+    dumps = orjson.dumps
+    rows = 0
+    max_t: int | None = None
+    progress = Progress(f"writer {writer.topic} task {writer.task_name}")
+    for batch in batches:
+        if progress.due():
+            progress.log(f"{rows} rows written")
+        if batch.num_rows == 0:
+            continue
+        values = [dumps(row, default=_json_default, option=_JSON_OPTIONS) for row in _utc(batch).to_pylist()]
+        if plan.key_index is None:
+            for value in values:
+                send(value)
+        else:
+            keys = batch.column(plan.key_index)
+            texts = (keys if pa.types.is_string(keys.type) else keys.cast(pa.string())).to_pylist()
+            for value, key in zip(values, texts, strict=True):
+                send(value, key)
+        if plan.event_time_index is not None:
+            top = _event_ms(batch.column(plan.event_time_index))
+            if top is not None and (max_t is None or top > max_t):
+                max_t = top
+        rows += batch.num_rows
+    return rows, max_t
