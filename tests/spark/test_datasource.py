@@ -1,0 +1,139 @@
+"""``format("controlmsg")`` the four ways, on a real broker and a real SparkSession: write and read round
+trips, the end of stream of every task, the refusals a user meets."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
+
+from controlmsg.kafka import ControlReader
+from controlmsg.spark import run_status
+from tests.spark.topic_dump import count_by, dump_topic
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+UTC = dt.UTC
+SCHEMA = "user string, ts timestamp, day date, amount decimal(12,3), score double, n long, tags array<string>"
+
+
+def rows_with_everything(n: int) -> list[tuple[Any, ...]]:
+    base = dt.datetime(2026, 1, 1, tzinfo=UTC)
+    rows = []
+    for i in range(n):
+        user = ["anna", "jürgen", "李", "o'neil \"q\"", "😀"][i % 5]
+        rows.append((
+            user,
+            None if i % 7 == 3 else base + dt.timedelta(minutes=i, microseconds=123),
+            None if i % 11 == 5 else (base + dt.timedelta(days=i % 3)).date(),
+            None if i % 4 == 1 else Decimal(f"{i}.{i % 1000:03d}"),
+            None if i % 6 == 2 else i / 7,
+            None if i % 9 == 4 else i * 1_000_000_007,
+            None if i % 8 == 6 else [f"t{i % 3}", None] if i % 2 else [],
+        ))
+    return rows
+
+
+def options(topic: str, servers: str, run: str = "r1", **more: str) -> dict[str, str]:
+    return {"topic": topic, "runId": run, "kafka.bootstrap.servers": servers, "timeout": "60", **more}
+
+
+@pytest.mark.parametrize(("topic_partitions", "write_tasks"), [(1, 1), (5, 7)])
+def test_write_then_read_round_trip(spark: SparkSession, bootstrap_servers: str, kafka_config: dict[str, Any],
+                                    new_topic: Callable[..., str], topic_partitions: int, write_tasks: int) -> None:
+    topic = new_topic(topic_partitions)
+    rows = rows_with_everything(200)
+    # 7 tasks hashed by 5 distinct users: at least two tasks write no row and must still end their stream.
+    df = spark.createDataFrame(rows, SCHEMA).repartition(write_tasks, "user")
+    (df.write.format("controlmsg").mode("append").options(**options(topic, bootstrap_servers))
+     .option("KEY", "user").option("eventtime", "ts").save())  # option names are case-insensitive
+
+    status = run_status(options(topic, bootstrap_servers))
+    assert status is not None and status["ended"] and status["taskCount"] == write_tasks
+    assert status["rows"] == 200
+    names = [f"spark-r1-p{i}" for i in range(write_tasks)]
+    wire = dump_topic(kafka_config, topic)
+    assert count_by(wire, "eos") == {(p, name): 1 for p in range(topic_partitions) for name in names}
+    writers = Counter(r.task for r in wire if r.kind == "data")
+    assert sum(writers.values()) == 200 and set(writers) < set(names)  # some tasks had no row
+
+    back = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers)).schema(SCHEMA).load()
+    assert sorted(map(tuple, back.collect()), key=repr) == sorted(rows, key=repr)
+
+    # Keys are the key column as text, each user in one partition; values are JSON objects with every column.
+    raw = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers)).load().collect()
+    assert {r.key for r in raw} == {r[0] for r in rows}
+    assert all(len({x.partition for x in raw if x.key == user}) == 1 for user in {r[0] for r in rows})
+    sample = next(r.value for r in raw if '"n":null' in r.value)
+    assert sample.startswith('{"user":') and '"tags":' in sample
+    assert any('T00:01:00.000123Z"' in r.value for r in raw)  # timestamps: ISO-8601 UTC
+
+
+def test_read_metadata_fields_and_binary_key(spark: SparkSession, bootstrap_servers: str,
+                                             new_topic: Callable[..., str]) -> None:
+    topic = new_topic(2)
+    df = spark.createDataFrame([("a", 1), ("b", 2), ("a", 3)], "user string, n int").repartition(2)
+    df.write.format("controlmsg").mode("append").options(**options(topic, bootstrap_servers, key="user")).save()
+    back = (spark.read.format("controlmsg").options(**options(topic, bootstrap_servers))
+            .schema("n int, _key binary, _partition int, _offset long").load().collect())
+    assert sorted((r.n, bytes(r._key)) for r in back) == [(1, b"a"), (2, b"b"), (3, b"a")]
+    assert len({(r._partition, r._offset) for r in back}) == 3
+
+
+def test_an_empty_dataframe_still_ends_the_stream(spark: SparkSession, bootstrap_servers: str,
+                                                  new_topic: Callable[..., str]) -> None:
+    topic = new_topic(3)
+    df = spark.createDataFrame([], "user string, n int").repartition(2)
+    df.write.format("controlmsg").mode("append").options(**options(topic, bootstrap_servers)).save()
+    status = run_status(options(topic, bootstrap_servers))
+    assert status is not None and status["ended"] and status["rows"] == 0
+    back = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers)).load()
+    assert back.count() == 0  # ends: every task's end of stream is there
+
+
+def test_the_topic_is_created_when_missing(spark: SparkSession, bootstrap_servers: str,
+                                           kafka_config: dict[str, Any], new_topic: Callable[..., str]) -> None:
+    from controlmsg.kafka import partition_count
+
+    topic = new_topic(1) + "-created"
+    df = spark.createDataFrame([("a", 1)], "user string, n int")
+    df.write.format("controlmsg").mode("append").options(**options(topic, bootstrap_servers, partitions="6")).save()
+    assert partition_count(kafka_config, topic) == 6
+    with ControlReader(kafka_config, topic, run_id="r1") as reader:
+        list(reader.read_until_end(timeout=30))
+        assert reader.tracker.is_ended
+
+
+def test_refusals_are_clear(spark: SparkSession, bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
+    topic = new_topic(2)
+    df = spark.createDataFrame([("a", 1)], "user string, n int")
+    writer = df.write.format("controlmsg").options(**options(topic, bootstrap_servers))
+    with pytest.raises(PySparkException, match="only appends"):
+        writer.mode("overwrite").save()
+    with pytest.raises(PySparkException, match="no column 'nope'"):
+        writer.mode("append").option("key", "nope").save()
+    with pytest.raises(PySparkException, match="must be a timestamp, a date or epoch"):
+        writer.mode("append").option("eventTime", "user").save()
+    with pytest.raises(PySparkException, match="kafka.bootstrap.servers"):
+        df.write.format("controlmsg").mode("append").option("topic", topic).option("runId", "x").save()
+    writer.mode("append").save()
+    with pytest.raises(PySparkException, match="has already ended"):
+        writer.mode("append").save()  # the same run again: its records are there, and it has ended
+    with pytest.raises(PySparkException, match="readStream only"):
+        (spark.read.format("controlmsg").options(**options(topic, bootstrap_servers))
+         .schema("n int, _watermark timestamp").load().collect())
+
+
+def test_reader_takes_only_its_run(spark: SparkSession, bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
+    topic = new_topic(2)
+    for run, values in (("old", [1, 2, 3]), ("new", [10, 20])):
+        df = spark.createDataFrame([(v,) for v in values], "n int").repartition(2)
+        df.write.format("controlmsg").mode("append").options(**options(topic, bootstrap_servers, run)).save()
+    back = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers, "new")).schema("n int").load()
+    assert sorted(r.n for r in back.collect()) == [10, 20]
