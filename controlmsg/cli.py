@@ -34,7 +34,7 @@ EXIT_INTERRUPTED = 130
 
 
 def _bootstrap(args: argparse.Namespace) -> dict[str, Any]:
-    from controlmsg.broker import resolve_bootstrap_servers
+    from controlmsg.testing.broker import resolve_bootstrap_servers
 
     servers = args.bootstrap_servers or resolve_bootstrap_servers()
     return {"bootstrap.servers": servers}
@@ -44,7 +44,7 @@ def _bootstrap(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
-    from controlmsg import broker
+    from controlmsg.testing import broker
 
     data_dir = Path(args.data_dir) if args.data_dir else None
     if args.action == "start":
@@ -310,8 +310,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     import os
 
-    from controlmsg import broker
     from controlmsg.demo import run_demo
+    from controlmsg.testing import broker
 
     servers = args.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if not servers:

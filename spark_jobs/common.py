@@ -50,7 +50,7 @@ def spark_conf(args: argparse.Namespace) -> dict[str, str]:
 
 
 def bootstrap_servers(args: argparse.Namespace) -> str:
-    from controlmsg.broker import resolve_bootstrap_servers
+    from controlmsg.testing.broker import resolve_bootstrap_servers
 
     return str(args.bootstrap_servers or resolve_bootstrap_servers())
 

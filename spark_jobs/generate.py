@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.bootstrap_servers:
         servers = args.bootstrap_servers
     else:
-        from controlmsg.broker import resolve_bootstrap_servers
+        from controlmsg.testing.broker import resolve_bootstrap_servers
 
         servers = resolve_bootstrap_servers()
     config = {"bootstrap.servers": servers}

@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _resolve_servers(given: str | None) -> str:
-    from controlmsg import broker
+    from controlmsg.testing import broker
 
     servers = given or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if servers:
