@@ -49,7 +49,6 @@ __all__ = [
     "default_cache_dir",
     "default_data_dir",
     "ensure_kafka_libs",
-    "resolve_bootstrap_servers",
     "start_broker",
     "stop_broker",
 ]
@@ -68,7 +67,6 @@ _JVM_HEAP = "-Xmx512m"
 
 _CACHE_ENV = "CONTROLMSG_CACHE_DIR"
 _BROKER_DIR_ENV = "CONTROLMSG_BROKER_DIR"
-_BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
 _MVN_TIMEOUT = 900.0
 _KILL_WAIT = 10.0
@@ -416,31 +414,6 @@ def broker_status(data_dir: Path | None = None) -> BrokerHandle | None:
     ddir = _resolve_dir(data_dir, default_data_dir())
     found = _recorded_broker(ddir)
     return None if found is None else found[0]
-
-
-def resolve_bootstrap_servers() -> str:
-    """Return the Kafka bootstrap servers to use.
-
-    ``$KAFKA_BOOTSTRAP_SERVERS`` if it is set and not empty, otherwise the
-    address of the broker running from :func:`default_data_dir`.
-
-    Does not block (see :func:`broker_status`).
-
-    Raises:
-        BrokerError: neither is available; the message tells the user to run
-            ``controlmsg broker start`` or set ``KAFKA_BOOTSTRAP_SERVERS``.
-    """
-    env = os.environ.get(_BOOTSTRAP_ENV, "").strip()
-    if env:
-        return env
-    handle = broker_status()
-    if handle is not None:
-        return handle.bootstrap_servers
-    raise BrokerError(
-        f"no Kafka broker configured: {_BOOTSTRAP_ENV} is not set and no local "
-        f"broker is running from {default_data_dir()}; run `controlmsg broker "
-        f"start` or set {_BOOTSTRAP_ENV}=host:port"
-    )
 
 
 # ------------------------------------------------------------------- internals
