@@ -31,7 +31,7 @@ def kafka_cluster() -> Iterator[str]:
         print(f"broker: {given} (from $KAFKA_BOOTSTRAP_SERVERS)", flush=True)
         yield given
         return
-    from controlmsg.broker import start_broker, stop_broker
+    from controlmsg.testing.broker import start_broker, stop_broker
 
     data_dir = Path(tempfile.mkdtemp(prefix="controlmsg-bench-broker-"))
     try:

@@ -4,7 +4,8 @@ Layers, each importing only the ones before it:
 
 * :mod:`controlmsg.core`: messages, the envelope codec, per-partition bookkeeping. Pure, no I/O.
 * :mod:`controlmsg.kafka`: the writer, the reader, topic admin and checkpoints, on confluent-kafka.
-* :mod:`controlmsg.broker`: a local single-node Kafka for tests and demos, without Docker.
+* :mod:`controlmsg.testing`: tools for tests, demos and benchmarks (a local Kafka without Docker, a Spark
+  standalone cluster); not on production paths.
 * :mod:`controlmsg.cli`: the ``controlmsg`` command.
 
 The Spark side lives in the ``spark_jobs`` package.

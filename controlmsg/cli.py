@@ -23,6 +23,7 @@ from controlmsg.core.bookkeeping import PartitionEnded, PartitionStatus, StreamE
 from controlmsg.core.messages import MAX_TIMESTAMP
 from controlmsg.errors import ControlMsgError, ProtocolError
 from controlmsg.kafka.reader import DataRecord, Item
+from controlmsg.kafka.settings import resolve_bootstrap_servers
 
 __all__ = ["main"]
 
@@ -34,17 +35,14 @@ EXIT_INTERRUPTED = 130
 
 
 def _bootstrap(args: argparse.Namespace) -> dict[str, Any]:
-    from controlmsg.broker import resolve_bootstrap_servers
-
-    servers = args.bootstrap_servers or resolve_bootstrap_servers()
-    return {"bootstrap.servers": servers}
+    return {"bootstrap.servers": resolve_bootstrap_servers(args.bootstrap_servers)}
 
 
 # ---------------------------------------------------------------------------------------------- broker
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
-    from controlmsg import broker
+    from controlmsg.testing import broker
 
     data_dir = Path(args.data_dir) if args.data_dir else None
     if args.action == "start":
@@ -308,20 +306,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    import os
-
-    from controlmsg import broker
     from controlmsg.demo import run_demo
 
-    servers = args.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if not servers:
-        running = broker.broker_status()
-        if running is None:
-            print(f"starting the local Kafka broker on port {args.port} (first time: fetching Kafka "
-                  f"{broker.KAFKA_VERSION} with Maven)...", file=sys.stderr)
-            running = broker.start_broker(port=args.port)
-        servers = running.bootstrap_servers
-        print(f"local broker at {servers}; stop it with: controlmsg broker stop", file=sys.stderr)
+    servers = resolve_bootstrap_servers(args.bootstrap_servers, start_local=True, local_port=args.port)
     run_demo({"bootstrap.servers": servers}, sys.stdout, tasks=args.tasks, partitions=args.partitions,
              events=args.events)
     return EXIT_OK

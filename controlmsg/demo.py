@@ -2,9 +2,10 @@
 of stream and shows the reconciled watermark as it advances.
 
 Each upstream task emits events whose event times run forward with some disorder, and after every
-``watermark_every`` events a watermark: its largest event time so far minus the allowed disorder. Tasks
-run at different speeds, so the consumer's watermark is held back by the slowest; at the end each task
-writes its end of stream and the consumer stops by itself.
+``watermark_every`` events a watermark: its largest event time so far minus the allowed disorder (the
+:class:`~controlmsg.core.watermarks.WatermarkPolicy` rule). Tasks run at different speeds, so the
+consumer's watermark is held back by the slowest; at the end each task writes its end of stream and the
+consumer stops by itself.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, TextIO
 import orjson
 
 from controlmsg.core.bookkeeping import PartitionEnded, StreamEnded, WatermarkAdvanced
+from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.kafka.admin import create_topic
 from controlmsg.kafka.reader import ControlReader, DataRecord
 from controlmsg.kafka.writer import ControlWriter
@@ -37,17 +39,17 @@ def _upstream(config: Mapping[str, Any], topic: str, index: int, tasks: int, eve
               watermark_every: int, disorder_ms: int, delay: float) -> None:
     rng = random.Random(index)
     name = f"demo-task-{index}"
+    cadence = WatermarkPolicy(allowed_lateness_ms=disorder_ms, every_rows=watermark_every).cadence(0)  # rows only
     with ControlWriter(config, topic, task_name=name, task_count=tasks, run_id=run_id, data_headers=True) as w:
         clock = _START_MS
-        high = _START_MS
         for n in range(events):
             clock += rng.randint(500, 1500)
             event_time = clock - rng.randint(0, disorder_ms)  # out of order, never beyond the disorder bound
-            high = max(high, event_time)
             w.send({"user": f"user-{rng.randint(0, 49)}", "amount": rng.randint(1, 100), "ts": event_time,
                     "task": name}, key=f"user-{n % 50}")
-            if n % watermark_every == watermark_every - 1:
-                w.send_watermark(high - disorder_ms)
+            mark = cadence.observe(1, event_time, 0)
+            if mark is not None:
+                w.send_watermark(mark)
                 w.flush()
                 time.sleep(delay)
         w.send_end_of_stream()

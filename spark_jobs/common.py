@@ -50,9 +50,9 @@ def spark_conf(args: argparse.Namespace) -> dict[str, str]:
 
 
 def bootstrap_servers(args: argparse.Namespace) -> str:
-    from controlmsg.broker import resolve_bootstrap_servers
+    from controlmsg.kafka.settings import resolve_bootstrap_servers
 
-    return str(args.bootstrap_servers or resolve_bootstrap_servers())
+    return resolve_bootstrap_servers(args.bootstrap_servers)
 
 
 def topic_names(run_id: str, prefix: str = "controlmsg") -> tuple[str, str]:

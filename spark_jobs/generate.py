@@ -106,6 +106,7 @@ def end_offsets(config: dict[str, Any], topic: str) -> dict[int, int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from controlmsg.kafka.admin import create_topic, partition_count
+    from controlmsg.kafka.settings import resolve_bootstrap_servers
     from spark_jobs.events import parse_duration
 
     p = argparse.ArgumentParser(prog="python -m spark_jobs.generate", description=__doc__.split("\n")[0])
@@ -123,13 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--speedup", type=float, default=1.0, help="event time runs this much faster than wall time")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
-    if args.bootstrap_servers:
-        servers = args.bootstrap_servers
-    else:
-        from controlmsg.broker import resolve_bootstrap_servers
-
-        servers = resolve_bootstrap_servers()
-    config = {"bootstrap.servers": servers}
+    config = {"bootstrap.servers": resolve_bootstrap_servers(args.bootstrap_servers)}
     if partition_count(config, args.topic) is None:
         create_topic(config, args.topic, args.partitions)
     start_ms = None

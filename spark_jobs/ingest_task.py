@@ -38,6 +38,7 @@ import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from controlmsg.core.messages import MIN_TIMESTAMP
+from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import CheckpointError, ReadError
 from controlmsg.kafka.writer import ControlWriter
 
@@ -119,7 +120,10 @@ def run_ingest_task(
     of the same task (same transactional id). ``idle_timeout_s``: how long a source partition at its end
     may give nothing before it counts as idle (``None``: never). ``max_rate``: read at most this many
     source records per second (to replay a backlog without flooding the next job; ``None``: no limit).
+    The watermark is :meth:`WatermarkPolicy.watermark_for` of the task's progress; a negative
+    ``allowed_lateness_ms`` is a ValueError.
     """
+    policy = WatermarkPolicy(allowed_lateness_ms=allowed_lateness_ms)  # validates before anything opens
     group = _group(output_topic, run_id, task_index)
     consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False,
                          "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
@@ -208,7 +212,7 @@ def run_ingest_task(
                     if now - last_seen[q] >= idle_timeout_s and _at_end(consumer, source_topic, q, positions[q])}
                 progress = _task_progress(positions, max_event, until, idle)
                 if progress is not None:
-                    mark = progress - allowed_lateness_ms
+                    mark = policy.watermark_for(progress)
                     if last_mark is None or mark > last_mark:
                         writer.send_watermark(mark)
                         last_mark = mark

@@ -78,16 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _resolve_servers(given: str | None) -> str:
-    from controlmsg import broker
+    from controlmsg.kafka.settings import resolve_bootstrap_servers
 
-    servers = given or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if servers:
-        return servers
-    running = broker.broker_status()
-    if running is None:
-        print("starting the local Kafka broker (stop it with: controlmsg broker stop)...", file=sys.stderr)
-        running = broker.start_broker()
-    return running.bootstrap_servers
+    return resolve_bootstrap_servers(given, start_local=True)
 
 
 def _pump(stream: IO[bytes], log: IO[bytes], echo: bool) -> None:

@@ -32,7 +32,7 @@ def bootstrap_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
     if given:
         yield given
         return
-    from controlmsg.broker import start_broker, stop_broker
+    from controlmsg.testing.broker import start_broker, stop_broker
 
     data_dir: Path = tmp_path_factory.mktemp("kafka")
     handle = start_broker(port=_free_port(), data_dir=data_dir)

@@ -1,4 +1,5 @@
-"""The pure core of controlmsg: messages, the envelope codec and the bookkeeping. No I/O here.
+"""The pure core of controlmsg: messages, the envelope codec, the bookkeeping, the watermark policy and
+tumbling windows. No I/O here.
 
 Nothing in this package imports confluent_kafka or pyspark, reads the clock, sleeps or touches files;
 offsets and messages come in as arguments and events come out as return values.
@@ -23,6 +24,7 @@ from controlmsg.core.messages import (
     MessageType,
     WatermarkMessage,
 )
+from controlmsg.core.watermarks import WatermarkCadence, WatermarkPolicy
 from controlmsg.core.windows import LateRecord, TumblingWindows, WindowResult
 
 __all__ = [
@@ -41,7 +43,9 @@ __all__ = [
     "StreamEnded",
     "TumblingWindows",
     "WatermarkAdvanced",
+    "WatermarkCadence",
     "WatermarkMessage",
+    "WatermarkPolicy",
     "WindowResult",
     "decode",
     "decode_json_payload",

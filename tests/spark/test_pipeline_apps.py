@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from controlmsg.testing.standalone import Cluster, start_cluster, stop_cluster
 from spark_jobs.generate import GeneratorConfig, generate
-from spark_jobs.standalone import Cluster, start_cluster, stop_cluster
 
 from .test_pipeline_oracle import SAMPLE, assert_matches_oracle
 from .test_streaming_pipeline import dump_source

@@ -1,6 +1,6 @@
 """A Spark standalone cluster (one master, one worker) from the pyspark installation, on 127.0.0.1.
 
-``python -m spark_jobs.standalone start [--cores 6] [--dir D]`` prints the master URL (``spark://...``);
+``python -m controlmsg.testing.standalone start [--cores 6] [--dir D]`` prints the master URL (``spark://...``);
 ``stop`` ends both. Tests use :func:`start_cluster`/:func:`stop_cluster`. The processes are the real Spark
 master and worker (``org.apache.spark.deploy.master.Master`` / ``...worker.Worker``), started with
 pyspark's ``bin/spark-class``; executors launched by the worker run Python with ``PYSPARK_PYTHON``.
@@ -111,7 +111,7 @@ def stop_cluster(cluster: Cluster) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spark_jobs.standalone", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m controlmsg.testing.standalone", description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=["start", "stop"])
     parser.add_argument("--dir", default=".controlmsg/spark-cluster")
     parser.add_argument("--cores", type=int, default=6)
