@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
@@ -46,8 +46,9 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import DateType, NumericType, StructType, TimestampNTZType, TimestampType
 
-from controlmsg.core.messages import MAX_TIMESTAMP, MIN_TIMESTAMP, EndOfStreamMessage, WatermarkMessage
+from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
 from controlmsg.core.naming import driver_transactional_id, task_name, transactional_id
+from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import ControlMsgError
 from controlmsg.kafka.admin import create_topic
 from controlmsg.kafka.markers import MarkerStore, write_control_round
@@ -136,7 +137,11 @@ class BatchWriter(DataSourceArrowWriter):
         _refuse_ended(opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskCommit:
-        return _write_task(self.plan, iterator, batch_id=0, query_id=None)
+        return _write_task(self.plan, iterator, batch_id=0, query_id=None, stage=self.at_stage)
+
+    def at_stage(self, stage: str, writer: ControlWriter) -> None:
+        """Called in the task at ``"before_commit"`` (records and marker sent, the transaction open) and
+        ``"after_commit"``. Does nothing; a seam for the tests of the exactly-once machinery."""
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         opts = self.plan.opts
@@ -189,7 +194,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
             raise ControlMsgError(f"write to topic {self.plan.opts.topic!r}: the micro-batch id did not reach the "
                                   f"task (local property {_BATCH_ID_PROPERTY!r} is {batch!r})")
         return _write_task(self.plan, iterator, batch_id=int(batch),
-                           query_id=ctx.getLocalProperty(_QUERY_ID_PROPERTY))
+                           query_id=ctx.getLocalProperty(_QUERY_ID_PROPERTY), stage=None)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if not messages:
@@ -208,7 +213,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         top = _max_time(commits)
         mark = previous
         if top is not None:
-            candidate = min(max(top - opts.allowed_lateness_ms, MIN_TIMESTAMP), MAX_TIMESTAMP - 1)
+            candidate = WatermarkPolicy(opts.allowed_lateness_ms).watermark_for(top)
             mark = candidate if previous is None else max(previous, candidate)
         messages_out = ([] if mark is None or mark == previous else
                         [WatermarkMessage(task_name(opts.job, opts.run_id, i), n, mark, opts.run_id) for i in range(n)])
@@ -279,8 +284,8 @@ def run_status(options: WriteOptions | Mapping[str, str]) -> dict[str, Any] | No
 # ---------------------------------------------------------------------------------------------- tasks
 
 
-def _write_task(plan: _Plan, batches: Iterator[pa.RecordBatch], *, batch_id: int,
-                query_id: str | None) -> TaskCommit:
+def _write_task(plan: _Plan, batches: Iterator[pa.RecordBatch], *, batch_id: int, query_id: str | None,
+                stage: Callable[[str, ControlWriter], None] | None) -> TaskCommit:
     """The body of one write task (runs in a Spark Python worker)."""
     from pyspark import TaskContext
 
@@ -316,7 +321,11 @@ def _write_task(plan: _Plan, batches: Iterator[pa.RecordBatch], *, batch_id: int
             rows, max_t = _write_rows(writer, batches, plan)
             store.add(writer, {"batch": batch_id, "rows": rows, "maxEventTime": max_t, "attempt": attempt,
                                "queryId": query_id}, rows)
+            if stage is not None:
+                stage("before_commit", writer)
         # Leaving the block committed the transaction: the records and the marker together.
+        if stage is not None:
+            stage("after_commit", writer)
     return TaskCommit(index, attempt, rows, max_t, False, query_id, time.monotonic() - started)
 
 

@@ -120,7 +120,7 @@ def test_refusals_are_clear(spark: SparkSession, bootstrap_servers: str, new_top
         writer.mode("append").option("key", "nope").save()
     with pytest.raises(PySparkException, match="must be a timestamp, a date or epoch"):
         writer.mode("append").option("eventTime", "user").save()
-    with pytest.raises(PySparkException, match="kafka.bootstrap.servers"):
+    with pytest.raises(PySparkException, match=r"kafka\.bootstrap\.servers"):
         df.write.format("controlmsg").mode("append").option("topic", topic).option("runId", "x").save()
     writer.mode("append").save()
     with pytest.raises(PySparkException, match="has already ended"):
