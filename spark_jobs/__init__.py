@@ -1,26 +1,11 @@
-"""The PySpark side of controlmsg (layer 3).
+"""The example applications of controlmsg: each its own Spark application (or process), each using the
+library's public API (``format("controlmsg")`` from :mod:`controlmsg.spark`, the Kafka layer) like any
+user's job would.
 
-* :func:`write_intermediate` (:mod:`spark_jobs.upstream`): a DataFrame to an intermediate topic, each
-  Spark write task one upstream task; retried tasks leave neither duplicates nor early ends.
-* the ``controlmsg`` data source and :func:`read_intermediate` (:mod:`spark_jobs.downstream`): an
-  intermediate topic to a DataFrame, each Spark task reading its partitions to end of stream.
-* :func:`spark_session` (:mod:`spark_jobs.session`): a session whose workers run this interpreter.
+Backfill: :mod:`~spark_jobs.ingest` (file -> topic), :mod:`~spark_jobs.window_aggregate` (topic -> windows
+-> topic), :mod:`~spark_jobs.sink` (topic -> file), chained by :mod:`~spark_jobs.pipeline`. Streaming:
+:mod:`~spark_jobs.stream_ingest`, :mod:`~spark_jobs.stream_window`, :mod:`~spark_jobs.stream_sink`, fed by
+:mod:`~spark_jobs.generate`. Shared by them: :mod:`~spark_jobs.common` (the CLIs' options) and
+:mod:`~spark_jobs.events` (files, event time, the plain-Spark oracle). Importing this package imports
+nothing else.
 """
-
-from spark_jobs.downstream import RAW_SCHEMA, ControlMsgDataSource, EndOfStreamTimeout, read_intermediate
-from spark_jobs.session import register_data_source, spark_session
-from spark_jobs.upstream import TaskWriteStats, WriteResult, task_name, transactional_id, write_intermediate
-
-__all__ = [
-    "RAW_SCHEMA",
-    "ControlMsgDataSource",
-    "EndOfStreamTimeout",
-    "TaskWriteStats",
-    "WriteResult",
-    "read_intermediate",
-    "register_data_source",
-    "spark_session",
-    "task_name",
-    "transactional_id",
-    "write_intermediate",
-]

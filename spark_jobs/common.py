@@ -20,6 +20,7 @@ Work = Callable[["SparkSession", argparse.Namespace, str], dict[str, Any]]
 __all__ = [
     "add_common_options",
     "bootstrap_servers",
+    "controlmsg_options",
     "job_logger",
     "run_job",
     "spark_conf",
@@ -55,6 +56,16 @@ def bootstrap_servers(args: argparse.Namespace) -> str:
     return resolve_bootstrap_servers(args.bootstrap_servers)
 
 
+def controlmsg_options(args: argparse.Namespace, servers: str, topic: str, **more: str | None) -> dict[str, str]:
+    """The ``format("controlmsg")`` options of a job: the topic, the run, the cluster, the job's
+    ``--timeout``, and ``more`` (``None`` values left out)."""
+    options = {"topic": topic, "runId": args.run_id, "kafka.bootstrap.servers": servers}
+    if args.timeout is not None:
+        options["timeout"] = str(args.timeout)
+    options.update({k: v for k, v in more.items() if v is not None})
+    return options
+
+
 def topic_names(run_id: str, prefix: str = "controlmsg") -> tuple[str, str]:
     """The pipeline's two intermediate topics: keyed events, and window results."""
     return f"{prefix}-{run_id}-events", f"{prefix}-{run_id}-windows"
@@ -84,7 +95,7 @@ def write_summary(path: str | None, **fields: Any) -> None:
 def run_job(name: str, parser: argparse.ArgumentParser, work: Work, argv: Sequence[str] | None = None) -> int:
     """A job's ``main``: parse ``argv``, start its own Spark application, run ``work(spark, args,
     bootstrap_servers)``, write its summary (``--summary``), stop Spark. Returns the exit code."""
-    from spark_jobs.session import spark_session
+    from controlmsg.spark import spark_session
 
     args = parser.parse_args(argv)
     started = time.monotonic()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import shutil
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -23,6 +24,7 @@ from pyspark.sql import types as T
 __all__ = [
     "EVENT_MS",
     "iso_utc",
+    "json_records",
     "parse_duration",
     "read_table",
     "split_rejects",
@@ -165,3 +167,23 @@ def windowed_oracle(
         "count",
         *[f"sum_{c}" for c in sums],
     )
+
+
+def json_records(raw: DataFrame, known: dict[str, str], numeric: Sequence[str]) -> DataFrame:
+    """Parse the ``value`` JSON texts of a raw intermediate read into columns, in the JVM.
+
+    ``known``: columns of a fixed type (name -> Spark SQL type). ``numeric``: columns whose type comes
+    from the data, as SQL SUM's input type would: ``double`` if any value has a fraction or an exponent,
+    else ``long`` (one pass over the cached texts, no Python round trip).
+    """
+    fields = dict(known)
+    if numeric:
+        probes = [
+            F.max(F.get_json_object("value", f"$['{c}']").rlike("[.eE]").cast("int")).alias(f"c{i}")
+            for i, c in enumerate(numeric)
+        ]
+        flags = raw.select(*probes).first()
+        for i, c in enumerate(numeric):
+            fields[c] = "double" if flags is not None and flags[f"c{i}"] == 1 else "long"
+    schema = ", ".join(f"`{name}` {typ}" for name, typ in fields.items())
+    return raw.select(F.from_json("value", schema).alias("r")).select("r.*")

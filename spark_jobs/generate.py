@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 __all__ = ["GeneratorConfig", "generate", "main"]
 
@@ -90,18 +90,9 @@ def generate(config: dict[str, Any], topic: str, cfg: GeneratorConfig) -> dict[i
     left = producer.flush(60)
     if failed or left:
         raise RuntimeError(f"{len(failed) + left} event(s) to {topic!r} not delivered: {failed[:3]}")
+    from controlmsg.kafka.admin import end_offsets
+
     return end_offsets(config, topic)
-
-
-def end_offsets(config: dict[str, Any], topic: str) -> dict[int, int]:
-    """The current end offset (high watermark) of every partition of ``topic``."""
-    consumer = Consumer({"group.id": "controlmsg-generate", "enable.auto.commit": False, **config})
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in sorted(meta.partitions)}
-    finally:
-        consumer.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

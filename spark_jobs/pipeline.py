@@ -103,7 +103,6 @@ def _job_args(job: str, args: argparse.Namespace, servers: str, run_id: str, run
     if job == "ingest":
         extra = ["--input", args.input, "--key", args.key, "--event-time", args.event_time, "--topic", events,
                  "--partitions", str(args.partitions), "--tasks", str(args.tasks),
-                 "--allowed-lateness", args.allowed_lateness,
                  "--rejects", f"{args.output}.rejects.jsonl", *carry]
         if args.null_value is not None:
             extra += ["--null-value", args.null_value]

@@ -16,8 +16,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.common import add_common_options, job_logger, run_job
-from spark_jobs.events import iso_utc, write_table
+from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
+from spark_jobs.events import iso_utc, json_records, write_table
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -33,13 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary."""
-    from spark_jobs.downstream import read_intermediate
-    from spark_jobs.window_aggregate import json_records
-
     log = job_logger("sink")
     log.info("reading topic %s (run %s) until end of stream", args.input_topic, args.run_id)
-    raw = read_intermediate(spark, args.input_topic, bootstrap_servers=servers, run_id=args.run_id,
-                            timeout=args.timeout).cache()
+    raw = (spark.read.format("controlmsg")
+           .options(**controlmsg_options(args, servers, args.input_topic,
+                                         maxTasks=str(spark.sparkContext.defaultParallelism)))
+           .load().cache())
     rows = raw.count()
     ended_at = time.time()
     sums = [f"sum_{c}" for c in args.sum]

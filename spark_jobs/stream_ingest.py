@@ -49,8 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary."""
-    from controlmsg.kafka.admin import create_topic
-    from spark_jobs.generate import end_offsets
+    from controlmsg.kafka.admin import create_topic, end_offsets
     from spark_jobs.ingest_task import run_ingest_task
     from spark_jobs.streaming import partition_groups, run_long_running_tasks
 

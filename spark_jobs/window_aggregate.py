@@ -20,30 +20,11 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.common import add_common_options, job_logger, run_job
-from spark_jobs.events import parse_duration
+from controlmsg.spark import run_status
+from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
+from spark_jobs.events import json_records, parse_duration
 
-__all__ = ["aggregate_windows", "build_parser", "json_records", "main", "run"]
-
-
-def json_records(raw: DataFrame, known: dict[str, str], numeric: Sequence[str]) -> DataFrame:
-    """Parse the ``value`` JSON texts of a raw intermediate read into columns, in the JVM.
-
-    ``known``: columns of a fixed type (name -> Spark SQL type). ``numeric``: columns whose type comes
-    from the data, as SQL SUM's input type would: ``double`` if any value has a fraction or an exponent,
-    else ``long`` (one pass over the cached texts, no Python round trip).
-    """
-    fields = dict(known)
-    if numeric:
-        probes = [
-            F.max(F.get_json_object("value", f"$['{c}']").rlike("[.eE]").cast("int")).alias(f"c{i}")
-            for i, c in enumerate(numeric)
-        ]
-        flags = raw.select(*probes).first()
-        for i, c in enumerate(numeric):
-            fields[c] = "double" if flags is not None and flags[f"c{i}"] == 1 else "long"
-    schema = ", ".join(f"`{name}` {typ}" for name, typ in fields.items())
-    return raw.select(F.from_json("value", schema).alias("r")).select("r.*")
+__all__ = ["aggregate_windows", "build_parser", "main", "run"]
 
 
 def aggregate_windows(records: DataFrame, window_ms: int, sums: Sequence[str]) -> DataFrame:
@@ -74,27 +55,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary."""
-    from spark_jobs.downstream import read_intermediate
-    from spark_jobs.upstream import write_intermediate
-
     log = job_logger("window_aggregate")
     started = time.monotonic()
     window_ms = parse_duration(args.window)
     log.info("reading topic %s (run %s) until end of stream", args.input_topic, args.run_id)
-    raw = read_intermediate(spark, args.input_topic, bootstrap_servers=servers, run_id=args.run_id,
-                            timeout=args.timeout).cache()
+    # Every reading task holds a core until its partitions end: at most as many tasks as the application
+    # has cores, so that all of them read at once.
+    raw = (spark.read.format("controlmsg")
+           .options(**controlmsg_options(args, servers, args.input_topic,
+                                         maxTasks=str(spark.sparkContext.defaultParallelism)))
+           .load().cache())
     rows_in = raw.count()
     ended_after = time.monotonic() - started
     log.info("input ended: %d records in %.1f s", rows_in, ended_after)
     records = json_records(raw, {"key": "string", "event_ms": "long"}, args.sum)
     windows = aggregate_windows(records, window_ms, args.sum)
-    result = write_intermediate(
-        windows.repartition(args.tasks), args.output_topic, bootstrap_servers=servers, run_id=args.run_id,
-        job_name="window", key_column="key", event_time_column="window_start", partitions=args.partitions,
-    )
+    options = controlmsg_options(args, servers, args.output_topic, job="window", key="key",
+                                 eventTime="window_start", partitions=str(args.partitions))
+    windows.repartition(args.tasks).write.format("controlmsg").mode("append").options(**options).save()
     raw.unpersist()
-    log.info("wrote %d window results in %.1f s", result.rows, time.monotonic() - started)
-    return {"rows_in": rows_in, "rows_out": result.rows, "input_ended_seconds": ended_after}
+    written = run_status(options)
+    assert written is not None and written["ended"]
+    log.info("wrote %d window results in %.1f s", written["rows"], time.monotonic() - started)
+    return {"rows_in": rows_in, "rows_out": written["rows"], "input_ended_seconds": ended_after}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,7 +12,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from controlmsg.errors import TopicError
 
-__all__ = ["connection_settings", "create_topic", "partition_count", "wait_for_topic"]
+__all__ = ["connection_settings", "create_topic", "end_offsets", "partition_count", "wait_for_topic"]
 
 _CONNECTION_PREFIXES = ("bootstrap.", "security.", "sasl.", "ssl.", "client.", "socket.", "broker.")
 
@@ -90,3 +90,19 @@ def wait_for_topic(config: Mapping[str, Any], topic: str, timeout: float | None 
         if deadline is not None and time.monotonic() >= deadline:
             raise TopicError(f"topic {topic!r} does not exist (waited {timeout:g} s)")
         time.sleep(0.2)
+
+
+def end_offsets(config: Mapping[str, Any], topic: str, timeout: float = 10.0) -> dict[int, int]:
+    """The current end offset (high watermark) of every partition of ``topic``. Raises
+    :class:`TopicError` when the topic does not exist."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    count = partition_count(config, topic, timeout)
+    if count is None:
+        raise TopicError(f"topic {topic!r} does not exist")
+    consumer = Consumer({**connection_settings(config), "group.id": "controlmsg-end-offsets",
+                         "enable.auto.commit": False})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1] for p in range(count)}
+    finally:
+        consumer.close()

@@ -602,8 +602,10 @@ def _json_builder(schema: pa.Schema) -> Builder:
             elif name == _META_OFFSET:
                 values = [r.offset for r in records]
             elif name == _META_KEY:
-                values = ([r.key for r in records] if pa.types.is_binary(field.type)
-                          else _keys_as_text(records, topic))
+                if pa.types.is_binary(field.type):
+                    arrays.append(pa.array([r.key for r in records], field.type))
+                    continue
+                values = _keys_as_text(records, topic)
             elif name == _META_WATERMARK and marks is not None:
                 arrays.append(pa.array(marks, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(field.type))
                 continue

@@ -146,7 +146,9 @@ class BatchWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         opts = self.plan.opts
         commits = _task_commits(opts, messages)
-        n = len(commits)
+        # Spark runs no task for a DataFrame without partitions (an empty relation); one task without rows
+        # stands in for it, so that readers still see the run end.
+        n = max(len(commits), 1)
         ends = [EndOfStreamMessage(task_name(opts.job, opts.run_id, i), n, opts.run_id) for i in range(n)]
         rows = sum(c.rows for c in commits)
         marker = {"ended": True, "taskCount": n, "rows": rows, "maxEventTime": _max_time(commits)}

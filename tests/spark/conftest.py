@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_jobs import spark_session
+from controlmsg.spark import spark_session
 
 MASTER = "local[2,3]"
 MAX_ATTEMPTS = 3

@@ -1,33 +1,39 @@
-"""Task retries lose and duplicate nothing: first attempts that fail after writing (with their end of
-stream) leave nothing that ``read_committed`` readers see, and a retry of an attempt that had
-committed writes nothing again."""
+"""Task retries lose and duplicate nothing: first attempts that fail after writing leave nothing that
+``read_committed`` readers see, and a retry of an attempt that had committed writes nothing again.
+
+The faults are injected through the writer's ``at_stage`` seam, by a data source subclass that this
+module registers (pickled by value, so Spark's workers need not import the tests)."""
 
 from __future__ import annotations
 
 import os
+import sys
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from pyspark import cloudpickle
 from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSourceWriter
+from pyspark.sql.types import StructType
 
+from controlmsg.core.naming import transactional_id
 from controlmsg.kafka import ControlReader, ControlWriter
-from spark_jobs import read_intermediate, write_intermediate
-from tests.spark.test_roundtrip import SCHEMA, make_rows
+from controlmsg.kafka.markers import MarkerStore
+from controlmsg.spark import ControlMsgDataSource, run_status
+from controlmsg.spark.options import WriteOptions
+from controlmsg.spark.writing import BatchWriter
+from tests.spark.helpers import SCHEMA, make_rows, options, read
 from tests.spark.topic_dump import count_by, dump_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-def test_failed_first_attempts_leave_no_duplicates_and_no_early_end(
-    spark: SparkSession, bootstrap_servers: str, kafka_config: dict[str, Any], new_topic: Callable[..., str]
-) -> None:
-    topic = new_topic(3)
-    rows = make_rows(400, users=9)
-    df = spark.createDataFrame(rows, SCHEMA).repartition(4)  # round robin: every task has rows
 
-    def faults(stage: str, writer: ControlWriter) -> None:
+class _FaultyWriter(BatchWriter):
+    def at_stage(self, stage: str, writer: ControlWriter) -> None:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
@@ -36,7 +42,7 @@ def test_failed_first_attempts_leave_no_duplicates_and_no_early_end(
             return
         task = ctx.partitionId()
         if stage == "before_commit" and task == 0:
-            writer.flush()  # records and end of stream are in the broker's log, in the open transaction
+            writer.flush()  # the records are in the broker's log, in the open transaction
             os._exit(3)  # the Python worker dies: no abort; the retry must fence and abort
         if stage == "before_commit" and task == 1:
             writer.flush()
@@ -44,24 +50,45 @@ def test_failed_first_attempts_leave_no_duplicates_and_no_early_end(
         if stage == "after_commit" and task == 2:
             raise RuntimeError("injected failure after commit")
 
-    result = write_intermediate(
-        df, topic, bootstrap_servers=bootstrap_servers, run_id="r1", job_name="retry", key_column="user",
-        event_time_column="ts", watermark_every_rows=20, fault_hook=faults,
-    )
-    names = result.task_names
-    by_index = {t.task_index: t for t in result.tasks}
-    assert by_index[0].attempt >= 1 and not by_index[0].already_committed
-    assert by_index[1].attempt >= 1 and not by_index[1].already_committed
-    assert by_index[2].attempt >= 1 and by_index[2].already_committed  # attempt 0 had committed
-    assert by_index[3].attempt == 0
-    assert result.rows == 400
+
+class _FaultySource(ControlMsgDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "controlmsg_faulty"
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return _FaultyWriter(WriteOptions.parse(self.options), schema)
+
+
+def test_failed_first_attempts_leave_no_duplicates_and_no_early_end(
+    spark: SparkSession, bootstrap_servers: str, kafka_config: dict[str, Any], new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(3)
+    rows = make_rows(400, users=9)
+    df = spark.createDataFrame(rows, SCHEMA).repartition(4)  # round robin: every task has rows
+    spark.dataSource.register(_FaultySource)
+    opts = options(topic, bootstrap_servers, job="retry", key="user", eventTime="ts")
+    df.write.format("controlmsg_faulty").mode("append").options(**opts).save()
+
+    status = run_status(opts)
+    assert status is not None and status["ended"] and status["taskCount"] == 4 and status["rows"] == 400
+    names = [f"retry-r1-p{i}" for i in range(4)]
+    attempts = {}
+    for i, name in enumerate(names):
+        with MarkerStore(kafka_config, transactional_id(topic, name), topic) as store:
+            marker = store.load()
+        assert marker is not None
+        attempts[i] = marker["attempt"]
+    assert attempts[0] >= 1 and attempts[1] >= 1  # their first attempts never committed
+    assert attempts[2] == 0  # attempt 0 had committed: the retry found its marker and wrote nothing
+    assert attempts[3] == 0
 
     # What read_committed readers see: every row once, every task's end of stream once per partition.
     committed = dump_topic(kafka_config, topic, "read_committed")
     assert count_by(committed, "eos") == {(p, n): 1 for p in range(3) for n in names}
-    assert Counter(r.task for r in committed if r.kind == "data") == {t.task_name: t.rows for t in result.tasks}
-    back = read_intermediate(spark, topic, bootstrap_servers=bootstrap_servers, run_id="r1", schema=SCHEMA,
-                             timeout=60).collect()
+    per_task = Counter(r.task for r in committed if r.kind == "data")
+    assert sum(per_task.values()) == 400 and set(per_task) == set(names)
+    back = read(spark, topic, bootstrap_servers, schema=SCHEMA).collect()
     assert sorted(tuple(r) for r in back) == sorted(rows)
     with ControlReader(kafka_config, topic, run_id="r1") as reader:
         list(reader.read_until_end(timeout=60))
@@ -69,12 +96,9 @@ def test_failed_first_attempts_leave_no_duplicates_and_no_early_end(
         assert reader.tracker.counters.duplicate_eos == 0
         assert all(s.ended_tasks == frozenset(names) for s in reader.tracker.statuses())
 
-    # The failed attempts did write (their records and end of stream sit in aborted transactions), so
-    # the test exercised what it claims: read_uncommitted shows tasks 0 and 1 twice, 2 and 3 once.
+    # The failed attempts did write (their records sit in aborted transactions), so the test exercised
+    # what it claims: read_uncommitted shows the records of tasks 0 and 1 twice, of 2 and 3 once.
     everything = dump_topic(kafka_config, topic, "read_uncommitted")
-    eos = count_by(everything, "eos")
     data = Counter(r.task for r in everything if r.kind == "data")
-    for t in result.tasks:
-        twice = t.task_index in (0, 1)
-        assert data[t.task_name] == t.rows * (2 if twice else 1)
-        assert all(eos[(p, t.task_name)] == (2 if twice else 1) for p in range(3))
+    for i, name in enumerate(names):
+        assert data[name] == per_task[name] * (2 if i in (0, 1) else 1)

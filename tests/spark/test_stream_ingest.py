@@ -9,8 +9,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from spark_jobs import stream_ingest
-from spark_jobs.downstream import read_intermediate
 from spark_jobs.generate import GeneratorConfig, generate
+from tests.spark.helpers import read
 
 
 def test_stream_ingest_until_source_end(spark: SparkSession, kafka_config: dict[str, Any], bootstrap_servers: str,
@@ -26,7 +26,6 @@ def test_stream_ingest_until_source_end(spark: SparkSession, kafka_config: dict[
     summary = stream_ingest.run(spark, args, bootstrap_servers)
     assert summary["rows_out"] == 5000 and summary["rejects"] == 0
     assert all(task["ended"] for task in summary["tasks"])
-    rows = read_intermediate(spark, topic, bootstrap_servers=bootstrap_servers, run_id="s1",
-                             schema="key string, event_ms long, id string", timeout=60).collect()
+    rows = read(spark, topic, bootstrap_servers, "s1", schema="key string, event_ms long, id string").collect()
     assert len(rows) == 5000 and len({r["id"] for r in rows}) == 5000
     assert all(r["key"].startswith("user-") and r["event_ms"] > 1_767_225_000_000 for r in rows)

@@ -14,9 +14,9 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from controlmsg.kafka import ControlWriter, create_topic
-from spark_jobs import read_intermediate, write_intermediate
+from controlmsg.spark import run_status
 from tests.spark.conftest import MAX_ATTEMPTS
-from tests.spark.test_roundtrip import SCHEMA, make_rows
+from tests.spark.helpers import SCHEMA, make_rows, options, read, write
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -31,8 +31,7 @@ def test_reader_started_before_the_upstream_job_waits_for_it(
     def downstream() -> None:
         try:
             # One reader task for all partitions, so the upstream job keeps a core of the two.
-            df = read_intermediate(spark, topic, bootstrap_servers=bootstrap_servers, run_id="r1", schema=SCHEMA,
-                                   timeout=120, partitions_per_task=3)
+            df = read(spark, topic, bootstrap_servers, schema=SCHEMA, timeout="120", partitionsPerTask="3")
             got["rows"] = df.collect()
         except BaseException as exc:  # reported by the main thread
             got["error"] = exc
@@ -53,16 +52,14 @@ def test_reader_started_before_the_upstream_job_waits_for_it(
     time.sleep(1)
     assert reader.is_alive() and not got, got
     # 3. The upstream job runs (on the other core) and ends: the reader completes with its rows.
-    result = write_intermediate(
-        spark.createDataFrame(rows, SCHEMA).repartition(2), topic, bootstrap_servers=bootstrap_servers,
-        run_id="r1", job_name="late", key_column="user", event_time_column="ts",
-    )
+    write(spark.createDataFrame(rows, SCHEMA).repartition(2), topic, bootstrap_servers, key="user", eventTime="ts")
     written = time.monotonic()
     reader.join(120)
     assert not reader.is_alive()
     assert "error" not in got, got.get("error")
     assert got["done"] >= written
-    assert result.rows == 300
+    status = run_status(options(topic, bootstrap_servers))
+    assert status is not None and status["rows"] == 300
     assert sorted(tuple(r) for r in got["rows"]) == sorted(rows)
 
 
@@ -70,7 +67,7 @@ def test_reader_timeout_names_partitions_and_tasks(
     spark: SparkSession, bootstrap_servers: str, kafka_config: dict[str, Any], new_topic: Callable[..., str]
 ) -> None:
     topic = new_topic(3)
-    # An upstream of three tasks named like write_intermediate's: p0 ended, p1 is under way, p2 silent.
+    # An upstream of three tasks named like controlmsg.core.naming.task_name: p0 ended, p1 is under way, p2 silent.
     writers = [ControlWriter(kafka_config, topic, task_name=f"up-r1-p{i}", task_count=3, run_id="r1")
                for i in range(2)]
     writers[0].send({"user": "a", "ts": 1}, key="a")
@@ -81,14 +78,13 @@ def test_reader_timeout_names_partitions_and_tasks(
     started = time.monotonic()
     # One reader task for the three partitions: the job's error is the message of the task that failed
     # (with several tasks, whichever ran out of attempts first).
-    df = read_intermediate(spark, topic, bootstrap_servers=bootstrap_servers, run_id="r1", timeout=2,
-                           partitions_per_task=3)
+    df = read(spark, topic, bootstrap_servers, timeout="2", partitionsPerTask="3")
     with pytest.raises(Exception) as info:
         df.collect()
     message = str(info.value)
     assert "EndOfStreamTimeout" in message
     assert (f"topic '{topic}' run 'r1': end of stream not reached within 2 s on partitions "
-            "[0, 1, 2] (this task reads [0, 1, 2])") in message
+            "[0, 1, 2] (this reader reads [0, 1, 2])") in message
     for p in (0, 1, 2):
         assert (f"partition {p}: waiting for end of stream from upstream tasks up-r1-p1 (reported, not ended) "
                 f"and upstream tasks up-r1-p2 (not heard from); 1 of 3 ended") in message
@@ -100,8 +96,7 @@ def test_reader_timeout_without_any_control_message(
     spark: SparkSession, bootstrap_servers: str, new_topic: Callable[..., str]
 ) -> None:
     topic = new_topic(2)
-    df = read_intermediate(spark, topic, bootstrap_servers=bootstrap_servers, run_id="r9", timeout=1,
-                           partitions_per_task=2)
+    df = read(spark, topic, bootstrap_servers, "r9", timeout="1", partitionsPerTask="2")
     with pytest.raises(Exception, match=r"partition 1: no control message of the run yet \(upstream task count "
                                         r"unknown\)"):
         df.collect()
@@ -109,6 +104,6 @@ def test_reader_timeout_without_any_control_message(
 
 def test_reader_timeout_when_the_topic_never_appears(spark: SparkSession, bootstrap_servers: str) -> None:
     topic = f"never-{uuid.uuid4().hex[:8]}"
-    df = read_intermediate(spark, topic, bootstrap_servers=bootstrap_servers, run_id="r1", timeout=1)
+    df = read(spark, topic, bootstrap_servers, timeout="1")
     with pytest.raises(Exception, match=f"topic '{topic}' does not exist"):
         df.collect()
