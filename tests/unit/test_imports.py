@@ -36,11 +36,19 @@ import controlmsg
 import controlmsg.cli
 import controlmsg.core
 import controlmsg.kafka
+import controlmsg.spark
+import controlmsg.spark.options
 import controlmsg.testing
 import controlmsg.testing.broker
 import controlmsg.testing.standalone
 
 assert controlmsg.__file__.startswith(sys.argv[1]), controlmsg.__file__
+try:
+    controlmsg.spark.ControlMsgDataSource  # the Spark face needs pyspark only when it is used
+except ImportError as exc:
+    assert "pyspark" in str(exc), exc
+else:
+    raise AssertionError("controlmsg.spark.ControlMsgDataSource imported without pyspark")
 leaked = sorted(n for n in sys.modules if n.partition(".")[0] in BLOCKED)
 assert not leaked, leaked
 print("ok")
