@@ -6,7 +6,7 @@ replayed micro-batch writes nothing twice."""
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -187,27 +187,30 @@ def test_write_stream_replayed_batch_writes_nothing_twice(
             ts = 1_767_225_600 + f * 60 + j  # each file a later minute
             lines.append(json.dumps({"user": f"u{j % 4}", "ts": ts, "n": f * 100 + j}))
             expected.append(f * 100 + j)
-        (source / f"part-{f}.json").write_text("\n".join(lines) + "\n")
+        path = source / f"part-{f}.json"
+        path.write_text("\n".join(lines) + "\n")
+        os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))  # the file source takes files by age
     topic = new_topic(3)
     checkpoint = tmp_path / "ck"
     opts = options(topic, bootstrap_servers, key="user", eventTime="ts", allowedLateness="5s")
 
-    def run() -> None:
+    def run() -> list[tuple[int, int]]:
         stream = (spark.readStream.schema("user string, ts timestamp, n long").option("maxFilesPerTrigger", 1)
                   .json(str(source)).repartition(2))
         query = (stream.writeStream.format("controlmsg").options(**opts)
                  .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
         assert query.awaitTermination(120)
         assert query.exception() is None
+        return [(p["batchId"], p["numInputRows"]) for p in query.recentProgress]
 
-    run()
+    assert [b for b, rows in run() if rows] == [0, 1, 2]
     status = run_status(opts)
     assert status is not None and status["batch"] == 2 and status["taskCount"] == 2 and not status.get("ended")
     before = dump_topic(kafka_config, topic, "read_uncommitted")
     # Forget that batch 2 was committed: the restarted query runs it again, with the same id.
     (checkpoint / "commits" / "2").unlink()
-    shutil.rmtree(checkpoint / "commits" / ".2.crc", ignore_errors=True)
-    run()
+    (checkpoint / "commits" / ".2.crc").unlink(missing_ok=True)
+    assert (2, 20) in run(), "batch 2 ran again"
     assert len(dump_topic(kafka_config, topic, "read_uncommitted")) == len(before), "the replay wrote again"
     assert end_stream(opts) == 2
     assert end_stream(opts) == 2  # idempotent
