@@ -115,7 +115,7 @@ from controlmsg.kafka import ControlReader, DataRecord, Item, create_topic
 from spark_jobs.common import topic_names
 from spark_jobs.events import parse_duration
 from spark_jobs.generate import GeneratorConfig, generate
-from spark_jobs.ingest_task import _group as ingest_group  # the consumer group an ingest task commits to
+from spark_jobs.ingest_task import source_group as ingest_group
 
 TOPIC_PREFIX = "controlmsg-bench"
 

@@ -38,6 +38,7 @@ import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from controlmsg.core.messages import MIN_TIMESTAMP
+from controlmsg.core.naming import task_name, transactional_id
 from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import CheckpointError, ReadError
 from controlmsg.kafka.writer import ControlWriter
@@ -90,8 +91,9 @@ class IngestSummary:
     """Epoch seconds when the transaction holding the end of stream committed (``None``: not in this call)."""
 
 
-def _group(output_topic: str, run_id: str, task_index: int) -> str:
-    return f"controlmsg-ingest-{output_topic}-{run_id}-{task_index}"
+def source_group(output_topic: str, run_id: str, task_index: int) -> str:
+    """The task's transactional id, also the consumer group its source offsets are committed to."""
+    return transactional_id(output_topic, task_name("ingest", run_id, task_index))
 
 
 def run_ingest_task(
@@ -124,11 +126,11 @@ def run_ingest_task(
     ``allowed_lateness_ms`` is a ValueError.
     """
     policy = WatermarkPolicy(allowed_lateness_ms=allowed_lateness_ms)  # validates before anything opens
-    group = _group(output_topic, run_id, task_index)
+    group = source_group(output_topic, run_id, task_index)
     consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False,
                          "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
     writer = ControlWriter({**config, "transactional.id": group}, output_topic,
-                           task_name=f"ingest-{run_id}-s{task_index}", task_count=task_count, run_id=run_id,
+                           task_name=task_name("ingest", run_id, task_index), task_count=task_count, run_id=run_id,
                            data_headers=True)  # the run and task on each record: late records can name their task
     try:
         committed = consumer.committed([TopicPartition(source_topic, p) for p in source_partitions], timeout=30)

@@ -39,6 +39,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from controlmsg.core.bookkeeping import StreamEnded, WatermarkAdvanced
 from controlmsg.core.codec import decode_json_payload
+from controlmsg.core.naming import task_name, transactional_id
 from controlmsg.core.windows import LateRecord, TumblingWindows, WindowResult
 from controlmsg.errors import CheckpointError, DecodeError, ReadError
 from controlmsg.kafka.admin import connection_settings, wait_for_topic
@@ -183,9 +184,9 @@ class _Task:
         # The writer first: init_transactions fences a previous instance of this task and aborts its open
         # transaction, so the state read next is the last one that really committed.
         self.writer = ControlWriter(
-            {**config, "transactional.id": f"window-{output_topic}-{run_id}-{task_index}"},
+            {**config, "transactional.id": transactional_id(output_topic, task_name("window", run_id, task_index))},
             output_topic,
-            task_name=f"window-{run_id}-p{task_index}",
+            task_name=task_name("window", run_id, task_index),
             task_count=task_count,
             run_id=run_id,
         )

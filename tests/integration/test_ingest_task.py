@@ -20,6 +20,7 @@ from controlmsg.errors import CheckpointError
 from controlmsg.kafka import ControlReader, DataRecord
 from spark_jobs.generate import GeneratorConfig, generate
 from spark_jobs.ingest_task import parse_event_time, run_ingest_task
+from spark_jobs.ingest_task import source_group as ingest_group
 
 
 def test_parse_event_time_rules() -> None:
@@ -182,7 +183,7 @@ def test_kill_9_mid_transaction_then_restart(kafka_config: dict[str, Any], boots
               "run_ingest_task({'bootstrap.servers': sys.argv[2]}, **a)")
     wire = {**args, "until": {str(k): v for k, v in ends.items()}}
     proc = subprocess.Popen([sys.executable, "-c", script, orjson.dumps(wire).decode(), bootstrap_servers])
-    group = Consumer({**kafka_config, "group.id": f"controlmsg-ingest-{out}-r-0"})
+    group = Consumer({**kafka_config, "group.id": ingest_group(out, "r", 0)})
 
     def committed() -> int:  # source records the task has committed so far
         return sum(max(0, tp.offset) for tp in group.committed([TopicPartition(source, p) for p in (0, 1)], timeout=10))
@@ -249,9 +250,9 @@ def test_an_idle_source_partition_does_not_hold_the_watermark(kafka_config: dict
                 assert time.monotonic() < deadline, (reader.tracker.emitted_watermark, reader.tracker.statuses())
                 reader.poll(0.2)
             for s in reader.tracker.statuses():
-                assert s.idle_tasks == {"ingest-r-s1"}
+                assert s.idle_tasks == {"ingest-r-p1"}
                 holder = s.holding_task
-                assert holder is not None and holder[0] == "ingest-r-s0" and holder[1] >= 5000
+                assert holder is not None and holder[0] == "ingest-r-p0" and holder[1] >= 5000
             event(1, 1000 + 500 * busy_sent[0], "back")  # s1 is active again from here on
             seen_back = False
             while not seen_back:
@@ -260,7 +261,7 @@ def test_an_idle_source_partition_does_not_hold_the_watermark(kafka_config: dict
                     if isinstance(item, DataRecord) and decode_json_payload(item.payload)["key"] == "back":
                         seen_back = True
                         assert reader.tracker.status(item.partition).idle_tasks == set()  # came back before it
-                        assert item.upstream_task == "ingest-r-s1"
+                        assert item.upstream_task == "ingest-r-p1"
     finally:
         stop.set()
         for t in threads:
