@@ -26,7 +26,7 @@ def generate(path: Path, events: int, master: str, keys: int) -> float:
     """Write ``events`` synthetic events (skewed keys over 30 days, some nulls) as Parquet; return seconds."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.session import spark_session
+    from controlmsg.spark import spark_session
 
     spark = spark_session(master, "controlmsg-bench-generate")
     started = time.monotonic()
@@ -44,8 +44,8 @@ def generate(path: Path, events: int, master: str, keys: int) -> float:
 
 def batch_query(path: Path, master: str, window: str) -> tuple[float, int]:
     """The oracle's single batch query over the same file, fully computed; returns (seconds, rows)."""
+    from controlmsg.spark import spark_session
     from spark_jobs.events import parse_duration, windowed_oracle
-    from spark_jobs.session import spark_session
 
     spark = spark_session(master, "controlmsg-bench-batch")
     started = time.monotonic()

@@ -43,7 +43,7 @@ from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import CheckpointError, ReadError
 from controlmsg.kafka.writer import ControlWriter
 
-__all__ = ["IngestSummary", "parse_event_time", "run_ingest_task"]
+__all__ = ["IngestSummary", "parse_event_time", "run_ingest_task", "source_group"]
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _DIGITS: Final = re.compile(r"^-?\d+$")

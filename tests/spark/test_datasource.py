@@ -118,6 +118,9 @@ def test_refusals_are_clear(spark: SparkSession, bootstrap_servers: str, new_top
 
     with pytest.raises(PySparkException, match="only appends"):
         writer().mode("overwrite").save()
+    for refused_by_spark in ("errorifexists", "ignore"):  # before the source is even called
+        with pytest.raises(PySparkException, match=r"(?i)mode"):
+            writer().mode(refused_by_spark).save()
     with pytest.raises(PySparkException, match="no column 'nope'"):
         writer().mode("append").option("key", "nope").save()
     with pytest.raises(PySparkException, match="must be a timestamp, a date or epoch"):
@@ -155,3 +158,16 @@ def test_a_dataframe_without_partitions_still_ends_the_stream(
         assert count_by(dump_topic(kafka_config, topic), "eos") == {(0, name): 1, (1, name): 1}
         back = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers, run)).load()
         assert back.collect() == []
+
+
+def test_spark_finds_the_source_by_itself() -> None:
+    """Spark registers the ``DefaultSource`` of every module named ``pyspark_*`` on its path
+    (``pyspark.sql.worker.lookup_data_sources``): the installed ``pyspark_controlmsg`` is one."""
+    import pkgutil
+
+    import pyspark_controlmsg
+    from controlmsg.spark import ControlMsgDataSource
+
+    assert "pyspark_controlmsg" in {m.name for m in pkgutil.iter_modules()}
+    assert pyspark_controlmsg.DefaultSource is ControlMsgDataSource
+    assert ControlMsgDataSource.name() == "controlmsg"
