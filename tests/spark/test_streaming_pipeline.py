@@ -67,7 +67,7 @@ def test_streaming_pipeline_until_source_end(spark: SparkSession, kafka_config: 
     summary = json.loads((tmp_path / "run" / "stream_window.json").read_text())
     assert sum(task["late"] for task in summary["tasks"]) == len(late) > 0
     assert f"late records (behind the watermark, in {late_topic}): {len(late)}" in done.stdout
-    assert all(v["event_ms"] < v["watermark"] and v["upstream_task"].startswith(f"ingest-{run_id}-s") for v in late)
+    assert all(v["event_ms"] < v["watermark"] and v["upstream_task"].startswith(f"ingest-{run_id}-p") for v in late)
     # The oracle over the events that were not late; each late event is one of the input's.
     on_time = tmp_path / "on_time.jsonl"
     left = Counter((v["key"], v["event_ms"], v["amount"]) for v in late)
