@@ -23,7 +23,7 @@ from controlmsg.core.bookkeeping import PartitionEnded, PartitionStatus, StreamE
 from controlmsg.core.messages import MAX_TIMESTAMP
 from controlmsg.errors import ControlMsgError, ProtocolError
 from controlmsg.kafka.reader import DataRecord, Item
-from controlmsg.kafka.settings import resolve_bootstrap_servers
+from controlmsg.kafka.settings import add_client_options, client_config_from_args
 
 __all__ = ["main"]
 
@@ -35,7 +35,9 @@ EXIT_INTERRUPTED = 130
 
 
 def _bootstrap(args: argparse.Namespace) -> dict[str, Any]:
-    return {"bootstrap.servers": resolve_bootstrap_servers(args.bootstrap_servers)}
+    """The client settings of ``--bootstrap-servers``, ``-X`` and ``--kafka-config`` (see
+    :mod:`controlmsg.kafka.settings`)."""
+    return dict(client_config_from_args(args))
 
 
 # ---------------------------------------------------------------------------------------------- broker
@@ -308,8 +310,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from controlmsg.demo import run_demo
 
-    servers = resolve_bootstrap_servers(args.bootstrap_servers, start_local=True, local_port=args.port)
-    run_demo({"bootstrap.servers": servers}, sys.stdout, tasks=args.tasks, partitions=args.partitions,
+    config = client_config_from_args(args, start_local=True, local_port=args.port)
+    run_demo(config, sys.stdout, tasks=args.tasks, partitions=args.partitions,
              events=args.events)
     return EXIT_OK
 
@@ -322,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def kafka_opts(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--bootstrap-servers", help="HOST:PORT (default: $KAFKA_BOOTSTRAP_SERVERS or the local broker)")
+        add_client_options(p)
         p.add_argument("--topic", required=True)
 
     b = sub.add_parser("broker", help="a local single-node Kafka broker (no Docker needed)")
@@ -364,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(func=_cmd_inspect)
 
     d = sub.add_parser("demo", help="start the local broker if needed; several tasks -> one consumer to end of stream")
-    d.add_argument("--bootstrap-servers", help="HOST:PORT (default: $KAFKA_BOOTSTRAP_SERVERS or the local broker)")
+    add_client_options(d)
     d.add_argument("--port", type=int, default=9092, help="port for the local broker if one is started")
     d.add_argument("--tasks", type=int, default=3)
     d.add_argument("--partitions", type=int, default=4)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 __all__ = [
     "BrokerError",
     "CheckpointError",
+    "ConfigError",
     "ControlMsgError",
     "DecodeError",
     "DeliveryError",
@@ -87,6 +88,11 @@ class DeliveryError(ControlMsgError):
 
 class CheckpointError(ControlMsgError):
     """A checkpoint cannot be read, or belongs to another topic or layout than the reader's."""
+
+
+class ConfigError(ControlMsgError):
+    """Client settings that cannot be used: an unreadable properties file, a malformed ``-X``, a setting
+    librdkafka does not know or a value it refuses. The message names the setting and where it came from."""
 
 
 class BrokerError(ControlMsgError):

@@ -15,13 +15,14 @@ import orjson
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-Work = Callable[["SparkSession", argparse.Namespace, str], dict[str, Any]]
+Work = Callable[["SparkSession", argparse.Namespace, dict[str, str]], dict[str, Any]]
+"""A job's work: ``work(spark, args, kafka_config)`` returns the job's summary."""
 
 __all__ = [
     "add_common_options",
-    "bootstrap_servers",
     "controlmsg_options",
     "job_logger",
+    "kafka_config",
     "run_job",
     "spark_conf",
     "topic_names",
@@ -30,7 +31,9 @@ __all__ = [
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap-servers", help="HOST:PORT (default: $KAFKA_BOOTSTRAP_SERVERS or the local broker)")
+    from controlmsg.kafka.settings import add_client_options
+
+    add_client_options(parser)
     parser.add_argument("--run-id", required=True, help="the pipeline run this job belongs to")
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     parser.add_argument("--timeout", type=float, help="fail if the input has not ended after SECONDS")
@@ -50,16 +53,19 @@ def spark_conf(args: argparse.Namespace) -> dict[str, str]:
     return conf
 
 
-def bootstrap_servers(args: argparse.Namespace) -> str:
-    from controlmsg.kafka.settings import resolve_bootstrap_servers
+def kafka_config(args: argparse.Namespace) -> dict[str, str]:
+    """The job's Kafka client settings: ``--bootstrap-servers``, ``-X``, ``--kafka-config``, resolved by
+    :func:`controlmsg.kafka.settings.client_config` (one rule for every command)."""
+    from controlmsg.kafka.settings import client_config_from_args
 
-    return resolve_bootstrap_servers(args.bootstrap_servers)
+    return client_config_from_args(args)
 
 
-def controlmsg_options(args: argparse.Namespace, servers: str, topic: str, **more: str | None) -> dict[str, str]:
-    """The ``format("controlmsg")`` options of a job: the topic, the run, the cluster, the job's
-    ``--timeout``, and ``more`` (``None`` values left out)."""
-    options = {"topic": topic, "runId": args.run_id, "kafka.bootstrap.servers": servers}
+def controlmsg_options(args: argparse.Namespace, config: dict[str, str], topic: str,
+                       **more: str | None) -> dict[str, str]:
+    """The ``format("controlmsg")`` options of a job: the topic, the run, every client setting as
+    ``kafka.<setting>``, the job's ``--timeout``, and ``more`` (``None`` values left out)."""
+    options = {"topic": topic, "runId": args.run_id, **{f"kafka.{k}": v for k, v in config.items()}}
     if args.timeout is not None:
         options["timeout"] = str(args.timeout)
     options.update({k: v for k, v in more.items() if v is not None})
@@ -94,15 +100,15 @@ def write_summary(path: str | None, **fields: Any) -> None:
 
 def run_job(name: str, parser: argparse.ArgumentParser, work: Work, argv: Sequence[str] | None = None) -> int:
     """A job's ``main``: parse ``argv``, start its own Spark application, run ``work(spark, args,
-    bootstrap_servers)``, write its summary (``--summary``), stop Spark. Returns the exit code."""
+    kafka_config)``, write its summary (``--summary``), stop Spark. Returns the exit code."""
     from controlmsg.spark import spark_session
 
     args = parser.parse_args(argv)
     started = time.monotonic()
-    servers = bootstrap_servers(args)
+    config = kafka_config(args)
     spark = spark_session(args.master, conf=spark_conf(args), app_name=f"controlmsg-{name}-{args.run_id}")
     try:
-        summary = work(spark, args, servers)
+        summary = work(spark, args, config)
     finally:
         spark.stop()
     write_summary(args.summary, job=name, seconds=time.monotonic() - started, **summary)

@@ -24,6 +24,8 @@ from typing import Any
 import orjson
 from confluent_kafka import Producer
 
+from controlmsg.kafka.settings import for_client
+
 __all__ = ["GeneratorConfig", "generate", "main"]
 
 
@@ -51,7 +53,7 @@ def generate(config: dict[str, Any], topic: str, cfg: GeneratorConfig) -> dict[i
     if cfg.events is None and cfg.duration_s is None:
         raise ValueError("give events or duration_s, or the stream never ends")
     rng = random.Random(cfg.seed)
-    producer = Producer({"linger.ms": 5, **config})
+    producer = Producer({"linger.ms": 5, **for_client(config, "producer")})
     failed: list[str] = []
 
     def on_delivery(err: Any, msg: Any) -> None:
@@ -97,12 +99,12 @@ def generate(config: dict[str, Any], topic: str, cfg: GeneratorConfig) -> dict[i
 
 def main(argv: Sequence[str] | None = None) -> int:
     from controlmsg.kafka.admin import create_topic, partition_count
-    from controlmsg.kafka.settings import resolve_bootstrap_servers
+    from controlmsg.kafka.settings import add_client_options, client_config_from_args
     from spark_jobs.events import parse_duration
 
     p = argparse.ArgumentParser(prog="python -m spark_jobs.generate", description=__doc__.split("\n")[0])
     p.add_argument("--topic", required=True)
-    p.add_argument("--bootstrap-servers", help="HOST:PORT (default: $KAFKA_BOOTSTRAP_SERVERS or the local broker)")
+    add_client_options(p)
     p.add_argument("--partitions", type=int, default=4, help="create the topic with this many if missing")
     p.add_argument("--events", type=int, help="end the stream after this many events (default 10000)")
     p.add_argument("--duration", type=float, help="end the stream after this many seconds")
@@ -115,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--speedup", type=float, default=1.0, help="event time runs this much faster than wall time")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
-    config = {"bootstrap.servers": resolve_bootstrap_servers(args.bootstrap_servers)}
+    config: dict[str, Any] = dict(client_config_from_args(args))
     if partition_count(config, args.topic) is None:
         create_topic(config, args.topic, args.partitions)
     start_ms = None

@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str, Any]:
+def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary."""
     log = job_logger("ingest")
     df = read_table(spark, args.input, args.null_value)
@@ -62,7 +62,7 @@ def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str
     log.info("writing %s to topic %s: %d tasks, %d partitions, run %s",
              args.input, args.topic, args.tasks, args.partitions, args.run_id)
     started = time.monotonic()
-    options = controlmsg_options(args, servers, args.topic, job="ingest", key="key", eventTime="event_ms",
+    options = controlmsg_options(args, config, args.topic, job="ingest", key="key", eventTime="event_ms",
                                  partitions=str(args.partitions))
     records.write.format("controlmsg").mode("append").options(**options).save()
     seconds = time.monotonic() - started

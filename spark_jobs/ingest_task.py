@@ -41,6 +41,7 @@ from controlmsg.core.messages import MIN_TIMESTAMP
 from controlmsg.core.naming import task_name, transactional_id
 from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import CheckpointError, ReadError
+from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import ControlWriter
 
 __all__ = ["IngestSummary", "parse_event_time", "run_ingest_task", "source_group"]
@@ -127,7 +128,7 @@ def run_ingest_task(
     """
     policy = WatermarkPolicy(allowed_lateness_ms=allowed_lateness_ms)  # validates before anything opens
     group = source_group(output_topic, run_id, task_index)
-    consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False,
+    consumer = Consumer({**for_client(config, "consumer"), "group.id": group, "enable.auto.commit": False,
                          "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
     writer = ControlWriter({**config, "transactional.id": group}, output_topic,
                            task_name=task_name("ingest", run_id, task_index), task_count=task_count, run_id=run_id,

@@ -28,6 +28,7 @@ from typing import IO, Any
 
 import orjson
 
+from controlmsg.kafka.settings import add_client_options
 from spark_jobs.common import topic_names
 
 __all__ = ["main"]
@@ -64,8 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--null-value", help="CSV token read as null")
     p.add_argument("--partitions", type=int, default=4, help="partitions of each intermediate topic")
     p.add_argument("--tasks", type=int, default=2, help="upstream write tasks of each writing job")
-    p.add_argument("--bootstrap-servers", help="HOST:PORT (default: $KAFKA_BOOTSTRAP_SERVERS, else the local "
-                   "broker, started if needed)")
+    add_client_options(p, bootstrap_help="the Kafka cluster (default: bootstrap.servers of -X or --kafka-config, "
+                                         "else $KAFKA_BOOTSTRAP_SERVERS, else the local broker, started if needed)")
     p.add_argument("--run-id", help="pipeline run id (generated when absent)")
     p.add_argument("--master", default="local[*]", help="Spark master for every job (default local[*])")
     p.add_argument("--timeout", type=float, default=600.0, help="fail if the pipeline has not ended after SECONDS")
@@ -77,10 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _resolve_servers(given: str | None) -> str:
-    from controlmsg.kafka.settings import resolve_bootstrap_servers
-
-    return resolve_bootstrap_servers(given, start_local=True)
+def _write_client_config(config: dict[str, str], run_dir: Path) -> Path:
+    """The resolved client settings, for the jobs, in a file only this user can read: settings may hold
+    secrets, which must not show on a command line (``ps``). Removed when the pipeline ends."""
+    path = run_dir / "kafka.properties"
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write("# the Kafka client settings of this pipeline run (removed when it ends)\n")
+        out.writelines(f"{key}={value}\n" for key, value in config.items())
+    return path
 
 
 def _pump(stream: IO[bytes], log: IO[bytes], echo: bool) -> None:
@@ -92,9 +99,10 @@ def _pump(stream: IO[bytes], log: IO[bytes], echo: bool) -> None:
             sys.stderr.flush()
 
 
-def _job_args(job: str, args: argparse.Namespace, servers: str, run_id: str, run_dir: Path) -> list[str]:
+def _job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str, run_dir: Path) -> list[str]:
     events, windows = topic_names(run_id)
-    common = ["--bootstrap-servers", servers, "--run-id", run_id, "--master", args.master,
+    kafka = ["--kafka-config", str(kafka_file)]
+    common = [*kafka, "--run-id", run_id, "--master", args.master,
               "--summary", str(run_dir / f"{job}.json"), "--timeout", str(args.timeout)]
     for setting in args.spark_conf:
         common += ["--spark-conf", setting]
@@ -124,7 +132,7 @@ def _job_args(job: str, args: argparse.Namespace, servers: str, run_id: str, run
                  "--commit-interval", args.watermark_interval, *sums]
     elif job == "stream_sink":  # no Spark application: one process appends to the one output file
         return [sys.executable, "-m", "spark_jobs.stream_sink", "--input-topic", windows, "--output", args.output,
-                *sums, "--bootstrap-servers", servers, "--run-id", run_id, "--summary", str(run_dir / f"{job}.json"),
+                *sums, *kafka, "--run-id", run_id, "--summary", str(run_dir / f"{job}.json"),
                 "--timeout", str(args.timeout)]
     else:
         extra = ["--input-topic", windows, "--output", args.output, *sums]
@@ -133,6 +141,7 @@ def _job_args(job: str, args: argparse.Namespace, servers: str, run_id: str, run
 
 def run_windowed_count(args: argparse.Namespace) -> int:
     from controlmsg.kafka.admin import create_topic
+    from controlmsg.kafka.settings import client_config_from_args
     from spark_jobs.events import parse_duration
 
     parse_duration(args.window)  # fail fast on a bad duration
@@ -152,12 +161,12 @@ def run_windowed_count(args: argparse.Namespace) -> int:
         print("--start-order must name each of ingest, window, sink once", file=sys.stderr)
         return 2
     run_id = args.run_id or uuid.uuid4().hex[:10]
-    servers = _resolve_servers(args.bootstrap_servers)
+    config = client_config_from_args(args, start_local=True)
     run_dir = Path(args.run_dir or Path(".controlmsg") / "runs" / run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
-    conf = {"bootstrap.servers": servers}
     for topic in topic_names(run_id):
-        create_topic(conf, topic, args.partitions)
+        create_topic(config, topic, args.partitions)
+    kafka_file = _write_client_config(config, run_dir)
     print(f"run {run_id}: {args.input or args.source_topic} -> {', '.join(topic_names(run_id))} -> {args.output}; "
           f"logs in {run_dir}", file=sys.stderr)
 
@@ -171,7 +180,7 @@ def run_windowed_count(args: argparse.Namespace) -> int:
     try:
         for job in order:
             logs[job] = (run_dir / f"{job}.log").open("wb")
-            proc = subprocess.Popen(_job_args(job, args, servers, run_id, run_dir), stdout=subprocess.PIPE,
+            proc = subprocess.Popen(_job_args(job, args, kafka_file, run_id, run_dir), stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, env=env)
             procs[job] = proc
             assert proc.stdout is not None
@@ -202,6 +211,7 @@ def run_windowed_count(args: argparse.Namespace) -> int:
             pump.join(5)
         for log in logs.values():
             log.close()
+        kafka_file.unlink(missing_ok=True)
     if failed is not None:
         if failed == "timeout":
             print(f"pipeline run {run_id} did not end within {args.timeout:g} s; logs in {run_dir}", file=sys.stderr)

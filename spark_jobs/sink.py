@@ -31,12 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str, Any]:
+def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary."""
     log = job_logger("sink")
     log.info("reading topic %s (run %s) until end of stream", args.input_topic, args.run_id)
     raw = (spark.read.format("controlmsg")
-           .options(**controlmsg_options(args, servers, args.input_topic,
+           .options(**controlmsg_options(args, config, args.input_topic,
                                          maxTasks=str(spark.sparkContext.defaultParallelism)))
            .load().cache())
     rows = raw.count()

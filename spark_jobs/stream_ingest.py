@@ -47,14 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str, Any]:
+def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary."""
     from controlmsg.kafka.admin import create_topic, end_offsets
     from spark_jobs.ingest_task import run_ingest_task
     from spark_jobs.streaming import partition_groups, run_long_running_tasks
 
     log = job_logger("stream_ingest")
-    config = {"bootstrap.servers": servers}
     owned = partition_groups(config, args.source_topic, args.tasks, args.timeout)
     create_topic(config, args.topic, args.partitions)
     rejects_topic = args.rejects_topic or f"{args.topic}-rejects"

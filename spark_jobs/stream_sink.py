@@ -36,6 +36,7 @@ from controlmsg.core.codec import decode_json_payload
 from controlmsg.errors import CheckpointError, ControlMsgError
 from controlmsg.kafka.checkpoint import FileCheckpointStore
 from controlmsg.kafka.reader import ControlReader, DataRecord
+from controlmsg.kafka.settings import add_client_options
 
 __all__ = ["build_parser", "checkpoint_path", "iso_ms", "main", "run_stream_sink"]
 
@@ -177,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="a .csv or .jsonl file, appended as windows close")
     p.add_argument("--sum", action="append", default=[], help="a summed column, for the column order")
     p.add_argument("--run-id", required=True)
-    p.add_argument("--bootstrap-servers", help="HOST:PORT (default: $KAFKA_BOOTSTRAP_SERVERS, else the local broker)")
+    add_client_options(p)
     p.add_argument("--checkpoint-interval", default="500ms", help="how often the output is made durable")
     p.add_argument("--timeout", type=float, help="stop (checkpointed) after SECONDS without end of stream")
     p.add_argument("--summary", help="write the run summary (JSON) here")
@@ -185,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from spark_jobs.common import bootstrap_servers, job_logger, write_summary
+    from spark_jobs.common import job_logger, kafka_config, write_summary
     from spark_jobs.events import parse_duration
 
     args = build_parser().parse_args(argv)
@@ -193,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     try:
         summary = run_stream_sink(
-            {"bootstrap.servers": bootstrap_servers(args)}, input_topic=args.input_topic, output=args.output,
+            kafka_config(args), input_topic=args.input_topic, output=args.output,
             run_id=args.run_id, sums=args.sum, checkpoint_interval_s=parse_duration(args.checkpoint_interval) / 1000,
             timeout_s=args.timeout)
     except (ControlMsgError, ValueError) as exc:

@@ -39,14 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str, Any]:
+def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary."""
     from controlmsg.kafka.admin import create_topic
     from spark_jobs.streaming import partition_groups, run_long_running_tasks
     from spark_jobs.window_task import run_window_task
 
     log = job_logger("stream_window")
-    config = {"bootstrap.servers": servers}
     owned = partition_groups(config, args.input_topic, args.tasks, args.timeout)
     create_topic(config, args.output_topic, args.partitions)
     late_topic = args.late_topic or f"{args.output_topic}-late"

@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str, Any]:
+def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary."""
     log = job_logger("window_aggregate")
     started = time.monotonic()
@@ -62,7 +62,7 @@ def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str
     # Every reading task holds a core until its partitions end: at most as many tasks as the application
     # has cores, so that all of them read at once.
     raw = (spark.read.format("controlmsg")
-           .options(**controlmsg_options(args, servers, args.input_topic,
+           .options(**controlmsg_options(args, config, args.input_topic,
                                          maxTasks=str(spark.sparkContext.defaultParallelism)))
            .load().cache())
     rows_in = raw.count()
@@ -70,7 +70,7 @@ def run(spark: SparkSession, args: argparse.Namespace, servers: str) -> dict[str
     log.info("input ended: %d records in %.1f s", rows_in, ended_after)
     records = json_records(raw, {"key": "string", "event_ms": "long"}, args.sum)
     windows = aggregate_windows(records, window_ms, args.sum)
-    options = controlmsg_options(args, servers, args.output_topic, job="window", key="key",
+    options = controlmsg_options(args, config, args.output_topic, job="window", key="key",
                                  eventTime="window_start", partitions=str(args.partitions))
     windows.repartition(args.tasks).write.format("controlmsg").mode("append").options(**options).save()
     raw.unpersist()

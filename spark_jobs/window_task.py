@@ -42,9 +42,10 @@ from controlmsg.core.codec import decode_json_payload
 from controlmsg.core.naming import task_name, transactional_id
 from controlmsg.core.windows import LateRecord, TumblingWindows, WindowResult
 from controlmsg.errors import CheckpointError, DecodeError, ReadError
-from controlmsg.kafka.admin import connection_settings, wait_for_topic
+from controlmsg.kafka.admin import wait_for_topic
 from controlmsg.kafka.checkpoint import Checkpoint
 from controlmsg.kafka.reader import ControlReader, DataRecord
+from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import ControlWriter
 
 __all__ = [
@@ -106,7 +107,7 @@ def read_task_state(config: Mapping[str, Any], state_topic: str, run_id: str, ta
     partition = task_index % count
     wanted = state_key(run_id, task_index).encode()
     consumer = Consumer({
-        **connection_settings(config),
+        **for_client(config, "consumer"),
         "group.id": f"controlmsg-window-state-{uuid.uuid4().hex}",
         "enable.auto.commit": False,
         "isolation.level": "read_committed",

@@ -11,20 +11,13 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from controlmsg.errors import TopicError
+from controlmsg.kafka.settings import for_client
 
-__all__ = ["connection_settings", "create_topic", "end_offsets", "partition_count", "wait_for_topic"]
-
-_CONNECTION_PREFIXES = ("bootstrap.", "security.", "sasl.", "ssl.", "client.", "socket.", "broker.")
-
-
-def connection_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings of a producer's or consumer's ``config`` that any client needs to reach the same
-    cluster (bootstrap, security, socket); the rest would only draw warnings from other client kinds."""
-    return {k: v for k, v in config.items() if k.startswith(_CONNECTION_PREFIXES)}
+__all__ = ["create_topic", "end_offsets", "partition_count", "wait_for_topic"]
 
 
 def _admin(config: Mapping[str, Any]) -> AdminClient:
-    return AdminClient(connection_settings(config))
+    return AdminClient(for_client(config, "admin"))
 
 
 def create_topic(
@@ -100,7 +93,7 @@ def end_offsets(config: Mapping[str, Any], topic: str, timeout: float = 10.0) ->
     count = partition_count(config, topic, timeout)
     if count is None:
         raise TopicError(f"topic {topic!r} does not exist")
-    consumer = Consumer({**connection_settings(config), "group.id": "controlmsg-end-offsets",
+    consumer = Consumer({**for_client(config, "consumer"), "group.id": "controlmsg-end-offsets",
                          "enable.auto.commit": False})
     try:
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1] for p in range(count)}

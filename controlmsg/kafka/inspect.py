@@ -20,6 +20,7 @@ from controlmsg.core.bookkeeping import InputTracker, PartitionStatus
 from controlmsg.core.codec import decode
 from controlmsg.errors import Location, ProtocolError, ReadError
 from controlmsg.kafka.admin import wait_for_topic
+from controlmsg.kafka.settings import for_client
 
 __all__ = ["RunReport", "TopicReport", "inspect_topic"]
 
@@ -64,7 +65,7 @@ def inspect_topic(
             "group.id": f"controlmsg-inspect-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
-            **config,
+            **for_client(config, "consumer"),
         }
     )
     try:

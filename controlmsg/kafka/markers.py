@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from controlmsg.core.codec import encode_control
 from controlmsg.core.messages import ControlMessage
 from controlmsg.errors import DeliveryError
-from controlmsg.kafka.admin import connection_settings
+from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import HEADER_RUN, HEADER_TASK
 
 # A coordinator that is loading, moving or not yet elected answers with these: wait and ask again.
@@ -55,7 +55,7 @@ class MarkerStore:
         self.group = group
         self.topic = topic
         self.timeout = timeout
-        self._consumer = Consumer({**connection_settings(config), "group.id": group,
+        self._consumer = Consumer({**for_client(config, "consumer"), "group.id": group,
                                    "enable.auto.commit": False, "isolation.level": "read_committed"})
 
     def load(self) -> dict[str, Any] | None:
@@ -121,7 +121,7 @@ def write_control_round(
     :class:`DeliveryError`. Used by the driver of a Spark write, which writes control messages on behalf
     of its tasks (see :mod:`controlmsg.spark.writing`).
     """
-    producer = Producer({**config, "transactional.id": transactional_id})
+    producer = Producer({**for_client(config, "producer"), "transactional.id": transactional_id})
     with MarkerStore(config, transactional_id, topic, timeout) as store:
         try:
             producer.init_transactions(timeout)

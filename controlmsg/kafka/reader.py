@@ -22,9 +22,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from controlmsg.core.bookkeeping import Event, InputTracker
 from controlmsg.core.codec import decode
-from controlmsg.errors import CheckpointError, DeliveryError, Location, ProtocolError, ReadError
-from controlmsg.kafka.admin import connection_settings, wait_for_topic
+from controlmsg.errors import CheckpointError, DeliveryError, Location, ProtocolError, ReadError, TopicError
+from controlmsg.kafka.admin import partition_count, wait_for_topic
 from controlmsg.kafka.checkpoint import Checkpoint, FileCheckpointStore
+from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import HEADER_RUN, HEADER_TASK
 
 __all__ = [
@@ -124,6 +125,9 @@ class ControlReader:
         self._filter_run = run_id.encode() if run_id is not None else None
         self.skipped_other_run = 0
         self.dead_lettered = 0
+        """Bad records the dead-letter topic has acknowledged (so far as :meth:`save_checkpoint` flushed)."""
+        self._dlq_sent = 0
+        self._dlq_failures: list[str] = []
         self._error: ProtocolError | None = None
         count = wait_for_topic(config, topic, topic_timeout)
         owned = sorted(partitions) if partitions is not None else list(range(count))
@@ -154,14 +158,18 @@ class ControlReader:
             # librdkafka's default (1 s) stalls fetching whenever its local queue fills: measured 135k ->
             # 370k records/s for a bare consume() loop on this project's benchmark machine.
             "fetch.queue.backoff.ms": 10,
-            **config,
+            **for_client(config, "consumer"),
         }
         self._consumer = Consumer(conf)
         self._consumer.assign([TopicPartition(topic, p, o) for p, o in self._positions.items()])
         self._dlq_topic = dead_letter_topic
         self._dlq: Producer | None = None
         if dead_letter_topic is not None:
-            self._dlq = Producer(connection_settings(config))
+            # Fail before reading anything if bad records would have nowhere to go.
+            if partition_count(config, dead_letter_topic, topic_timeout) is None:
+                raise TopicError(f"dead-letter topic {dead_letter_topic!r} does not exist; create it first "
+                                 "(controlmsg create-topic), so that no bad record is lost")
+            self._dlq = Producer({**for_client(config, "producer"), "on_delivery": self._on_dead_letter})
 
     # ------------------------------------------------------------------ reading
 
@@ -260,7 +268,27 @@ class ControlReader:
             self._dlq.produce(self._dlq_topic, msg.value(), msg.key(), headers=headers)
         except (BufferError, KafkaException) as exc:
             raise DeliveryError(f"cannot dead-letter {error.location} to {self._dlq_topic!r}: {exc}") from exc
-        self.dead_lettered += 1
+        self._dlq_sent += 1
+
+    def _on_dead_letter(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.dead_lettered += 1
+        elif len(self._dlq_failures) < 3:
+            self._dlq_failures.append(f"partition {msg.partition()}: {err.str()}")
+        else:
+            self._dlq_failures.append("")
+
+    def _flush_dead_letters(self) -> None:
+        """Block until every dead-lettered record is acknowledged. Raises :class:`DeliveryError` when one
+        was not: then the checkpoint must not move past it."""
+        assert self._dlq is not None
+        left = self._dlq.flush(30.0)
+        failed = len(self._dlq_failures)
+        if left or failed:
+            reasons = "; ".join(r for r in self._dlq_failures if r)
+            raise DeliveryError(
+                f"{left + failed} of {self._dlq_sent} bad record(s) were not written to dead-letter topic "
+                f"{self._dlq_topic!r} (topic {self.topic!r}): {reasons or 'still queued after 30 s'}")
 
     def read_until_end(self, timeout: float | None = None, poll_timeout: float = 0.5) -> Iterator[Item]:
         """Yield items until the stream ends (the last item is :class:`StreamEnded`). With ``timeout``,
@@ -281,9 +309,7 @@ class ControlReader:
         """Make dead-lettered records durable, then save :meth:`checkpoint` to the store (if any).
         Call it after the items returned so far have been handled. Raises DeliveryError/CheckpointError."""
         if self._dlq is not None:
-            left = self._dlq.flush(30.0)
-            if left:
-                raise DeliveryError(f"{left} dead-letter record(s) to {self._dlq_topic!r} not delivered")
+            self._flush_dead_letters()
         if self._store is not None:
             self._store.save(self.checkpoint())
 

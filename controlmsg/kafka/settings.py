@@ -1,20 +1,196 @@
-"""Which Kafka cluster to talk to: the one rule every command, job and demo follows.
+"""Kafka client settings: where they come from, the one precedence rule, and which client gets which.
 
-The bootstrap servers are, in this order: the address given (a ``--bootstrap-servers`` option),
-``$KAFKA_BOOTSTRAP_SERVERS``, the local broker of :mod:`controlmsg.testing.broker` if one is running, and,
-only where the caller asks for it (demos), that local broker started on the spot. The local broker is a
-test tool: it is imported only when the first two give nothing.
+Every command, job and demo resolves its client settings here, from (lowest precedence first):
+
+1. ``--kafka-config PATH``: a client properties file, ``key=value`` lines (``key: value`` too), ``#`` or
+   ``!`` comments, as Kafka's own tools and kcat's ``-F`` read;
+2. ``-X key=value`` (repeatable; a later one wins), librdkafka names, as kcat takes them;
+3. ``--bootstrap-servers HOST:PORT``.
+
+Every setting passes to the clients untouched: nothing is filtered out, and a setting librdkafka does not
+know is an error that names it (and the file line it came from). :func:`for_client` only leaves out the
+settings librdkafka defines for the *other* kind of client (a consumer's ``isolation.level`` on a
+producer), which it would ignore with a warning.
+
+When no setting names ``bootstrap.servers``, they are, in this order: ``$KAFKA_BOOTSTRAP_SERVERS``, the
+local broker of :mod:`controlmsg.testing.broker` if one is running, and, only where the caller asks for
+it (demos), that local broker started on the spot. The local broker is a test tool: it is imported only
+when nothing else gives an address.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
-from typing import Final
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, Literal
 
-from controlmsg.errors import BrokerError
+from controlmsg.errors import BrokerError, ConfigError
 
-__all__ = ["resolve_bootstrap_servers"]
+__all__ = [
+    "CONSUMER_ONLY",
+    "PRODUCER_ONLY",
+    "add_client_options",
+    "check_settings",
+    "client_config",
+    "client_config_from_args",
+    "for_client",
+    "parse_settings",
+    "read_properties",
+    "resolve_bootstrap_servers",
+]
+
+# The settings librdkafka defines for one kind of client only (its CONFIGURATION.md, column C/P), and the
+# Python client's own callbacks of one kind.
+CONSUMER_ONLY: Final = frozenset({
+    "auto.commit.enable", "auto.commit.interval.ms", "auto.offset.reset", "check.crcs",
+    "consume.callback.max.messages", "consume_cb", "coordinator.query.interval.ms", "enable.auto.commit",
+    "enable.auto.offset.store", "enable.partition.eof", "fetch.error.backoff.ms", "fetch.max.bytes",
+    "fetch.message.max.bytes", "fetch.min.bytes", "fetch.queue.backoff.ms", "fetch.wait.max.ms", "group.id",
+    "group.instance.id", "group.protocol", "group.protocol.type", "group.remote.assignor",
+    "heartbeat.interval.ms", "isolation.level", "max.partition.fetch.bytes", "max.poll.interval.ms",
+    "max.poll.records", "offset.store.method", "offset.store.path", "offset.store.sync.interval.ms",
+    "offset_commit_cb", "partition.assignment.strategy", "queued.max.messages.kbytes", "queued.min.messages",
+    "rebalance_cb", "session.timeout.ms", "share.acknowledgement.mode", "on_commit",
+})
+PRODUCER_ONLY: Final = frozenset({
+    "acks", "batch.num.messages", "batch.size", "compression.codec", "compression.level", "compression.type",
+    "delivery.report.only.error", "delivery.timeout.ms", "dr_cb", "dr_msg_cb", "enable.gapless.guarantee",
+    "enable.idempotence", "linger.ms", "message.send.max.retries", "message.timeout.ms", "msg_order_cmp",
+    "partitioner", "partitioner_cb", "produce.offset.report", "queue.buffering.backpressure.threshold",
+    "queue.buffering.max.kbytes", "queue.buffering.max.messages", "queue.buffering.max.ms", "queuing.strategy",
+    "request.required.acks", "request.timeout.ms", "retries", "sticky.partitioning.linger.ms",
+    "transaction.timeout.ms", "transactional.id", "on_delivery",
+})
+
+
+def for_client(config: Mapping[str, Any], kind: Literal["producer", "consumer", "admin"]) -> dict[str, Any]:
+    """``config`` for a client of ``kind``: everything, except the settings librdkafka defines for the other
+    kinds only (an admin client takes neither kind's). Unknown settings pass, so librdkafka names them."""
+    drop = (PRODUCER_ONLY if kind == "consumer" else CONSUMER_ONLY if kind == "producer"
+            else PRODUCER_ONLY | CONSUMER_ONLY)
+    return {k: v for k, v in config.items() if k not in drop}
+
+
+def read_properties(path: str | Path) -> dict[str, str]:
+    """A client properties file: ``key=value`` (or ``key: value``) per line; blank lines and lines starting
+    with ``#`` or ``!`` are skipped; keys and values are stripped. Raises :class:`ConfigError` naming the
+    file (and line) when it cannot be read or a line has no separator."""
+    source = Path(path)
+    try:
+        text = source.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the Kafka client properties file {str(source)!r}: {exc}") from None
+    settings: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
+        if cut < 0:
+            raise ConfigError(f"{source}:{number}: expected key=value, got {line[:40]!r}")
+        settings[line[:cut].strip()] = line[cut + 1:].strip()
+    return settings
+
+
+def parse_settings(pairs: Sequence[str]) -> dict[str, str]:
+    """``-X key=value`` arguments as a dict (a later key wins). Raises :class:`ConfigError` for one
+    without ``=`` or with an empty key."""
+    settings: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"-X {pair.split('=')[0]!r}: expected key=value (a librdkafka setting)")
+        settings[key.strip()] = value.strip()
+    return settings
+
+
+def check_settings(config: Mapping[str, Any], origin: Mapping[str, str] | None = None) -> None:
+    """Let librdkafka judge every setting (names and values) by building a producer and a consumer from
+    them, neither used. Raises :class:`ConfigError` that names the setting and where it came from
+    (``origin``: setting -> e.g. ``"client.properties"``)."""
+    from confluent_kafka import Consumer, KafkaException, Producer
+
+    kinds: tuple[Literal["producer", "consumer"], ...] = ("producer", "consumer")
+    for kind in kinds:
+        conf = {**for_client(config, kind), "log_level": 0}
+        try:
+            if kind == "producer":
+                Producer(conf)
+            else:
+                Consumer({**conf, "group.id": conf.get("group.id", "controlmsg-settings-check")}).close()
+        except KafkaException as exc:
+            message = exc.args[0].str() if hasattr(exc.args[0], "str") else str(exc)
+            named = next((k for k in config if f'"{k}"' in message), None) or _culprit(config, kind)
+            where = ""
+            if named is not None:
+                where = f" {named!r}" + (f" (from {origin[named]})" if origin and named in origin else "")
+            raise ConfigError(f"Kafka client setting{where}: {message}") from None
+
+
+def _culprit(config: Mapping[str, Any], kind: Literal["producer", "consumer"]) -> str | None:
+    """The first setting librdkafka refuses on its own, for an error message that does not name it."""
+    from confluent_kafka import Consumer, KafkaException, Producer
+
+    for key, value in for_client(config, kind).items():
+        conf = {key: value, "log_level": 0}
+        try:
+            if kind == "producer":
+                Producer(conf)
+            else:
+                Consumer({"group.id": "controlmsg-settings-check", **conf}).close()
+        except KafkaException:
+            return key
+    return None
+
+
+def client_config(
+    *,
+    bootstrap_servers: str | None = None,
+    settings: Sequence[str] = (),
+    config_file: str | Path | None = None,
+    start_local: bool = False,
+    local_port: int = 9092,
+    check: bool = True,
+) -> dict[str, str]:
+    """The client settings, by the precedence rule of this module: ``config_file`` < ``settings``
+    (``-X key=value``) < ``bootstrap_servers``; without any ``bootstrap.servers``,
+    :func:`resolve_bootstrap_servers` finds one. ``check``: let librdkafka judge them first
+    (:func:`check_settings`). Raises :class:`ConfigError` or :class:`BrokerError`."""
+    config: dict[str, str] = {}
+    origin: dict[str, str] = {}
+    if config_file is not None:
+        config.update(read_properties(config_file))
+        origin.update(dict.fromkeys(config, str(config_file)))
+    extra = parse_settings(settings)
+    config.update(extra)
+    origin.update(dict.fromkeys(extra, "-X"))
+    if bootstrap_servers or not config.get("bootstrap.servers"):
+        config["bootstrap.servers"] = resolve_bootstrap_servers(bootstrap_servers, start_local=start_local,
+                                                                local_port=local_port)
+    if check:
+        check_settings(config, origin)
+    return config
+
+
+def add_client_options(parser: argparse.ArgumentParser, *, bootstrap_help: str | None = None) -> None:
+    """Add ``--bootstrap-servers``, ``-X key=value`` and ``--kafka-config PATH`` to ``parser``."""
+    parser.add_argument("--bootstrap-servers", metavar="HOST:PORT",
+                        help=bootstrap_help or "the Kafka cluster (default: bootstrap.servers of -X or --kafka-config, "
+                                               "else $KAFKA_BOOTSTRAP_SERVERS, else the local broker)")
+    parser.add_argument("-X", dest="kafka_settings", action="append", default=[], metavar="KEY=VALUE",
+                        help="a librdkafka client setting (repeatable), e.g. -X security.protocol=SASL_SSL")
+    parser.add_argument("--kafka-config", metavar="PATH",
+                        help="a client properties file (key=value lines, # comments); -X settings override it")
+
+
+def client_config_from_args(args: argparse.Namespace, *, start_local: bool = False,
+                            local_port: int = 9092) -> dict[str, str]:
+    """:func:`client_config` from the options :func:`add_client_options` added."""
+    return client_config(bootstrap_servers=args.bootstrap_servers, settings=args.kafka_settings,
+                         config_file=args.kafka_config, start_local=start_local, local_port=local_port)
 
 _ENV: Final = "KAFKA_BOOTSTRAP_SERVERS"
 

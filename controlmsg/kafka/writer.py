@@ -23,6 +23,7 @@ from controlmsg.core.codec import encode_control, encode_json, encode_user
 from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
 from controlmsg.errors import DeliveryError
 from controlmsg.kafka.admin import wait_for_topic
+from controlmsg.kafka.settings import for_client
 
 __all__ = ["HEADER_RUN", "HEADER_SEQ", "HEADER_TASK", "ControlWriter"]
 
@@ -65,7 +66,7 @@ class ControlWriter:
         self.task_name = task_name
         self.task_count = task_count
         self.run_id = run_id
-        conf = {"delivery.report.only.error": True, **config}
+        conf = {"delivery.report.only.error": True, **for_client(config, "producer")}
         self._errors: list[str] = []
         self._error_count = 0
         conf["on_delivery"] = self._on_delivery

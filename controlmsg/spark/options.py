@@ -23,7 +23,9 @@ Readers also take ``partitionsPerTask`` (default 1), ``maxTasks``, ``batchRows``
 batch, default 10000) and, streaming only, ``maxOffsetsPerTrigger`` (at most this many records per
 micro-batch) and ``maxScanMs`` (how long the driver scans for one micro-batch, default 2000).
 
-``bootstrapServers`` is accepted as an alias of ``kafka.bootstrap.servers``.
+``kafkaConfig`` names a client properties file (``key=value`` lines) read on the driver, under the
+``kafka.*`` options: secrets can stay out of the query's options. ``bootstrapServers`` is accepted as an
+alias of ``kafka.bootstrap.servers``.
 """
 
 from __future__ import annotations
@@ -50,10 +52,15 @@ def lower_keys(options: Mapping[str, str]) -> dict[str, str]:
 
 
 def kafka_settings(options: Mapping[str, str]) -> dict[str, str]:
-    """The client settings in ``options``: every ``kafka.<setting>`` with the prefix removed (nothing is
-    filtered out), plus the alias ``bootstrapServers``. Raises ``ValueError`` without bootstrap servers."""
+    """The client settings in ``options``: those of the properties file ``kafkaConfig`` (read here, on the
+    driver), overridden by every ``kafka.<setting>`` with the prefix removed (nothing is filtered out),
+    plus the alias ``bootstrapServers``. Raises ``ValueError`` without bootstrap servers,
+    :class:`~controlmsg.errors.ConfigError` for an unreadable file."""
+    from controlmsg.kafka.settings import read_properties
+
     opts = lower_keys(options)
-    config = {k[len(_KAFKA):]: v for k, v in opts.items() if k.startswith(_KAFKA)}
+    config = read_properties(opts["kafkaconfig"]) if opts.get("kafkaconfig") else {}
+    config.update((k[len(_KAFKA):], v) for k, v in opts.items() if k.startswith(_KAFKA))
     if "bootstrapservers" in opts:
         config.setdefault("bootstrap.servers", opts["bootstrapservers"])
     if not config.get("bootstrap.servers"):

@@ -171,6 +171,26 @@ def test_dead_letter_topic_keeps_bad_records(kafka_config: dict[str, Any], boots
     assert sorted(int(dict(m.headers())["controlmsg-dlq-offset"]) for m in got) == list(range(2, 2 + len(BAD_RECORDS)))
 
 
+def test_a_missing_dead_letter_topic_fails_before_reading(kafka_config: dict[str, Any], bootstrap_servers: str,
+                                                           new_topic: Callable[..., str], tmp_path: Path) -> None:
+    """The broker does not create topics on its own here: bad records would have nowhere to go, so the
+    command refuses to start, and reading later with a real dead-letter topic loses nothing."""
+    topic = new_topic(1)
+    write(kafka_config, topic, [(0, b"bad", b"\x07junk"), (0, None, data({"ok": 1})), (0, None, eos("a", 1))])
+    checkpoint = tmp_path / "ckpt.json"
+    code, lines, stderr = consume(bootstrap_servers, topic, "--until-eos", "--timeout", "30",
+                                  "--dead-letter-topic", f"{topic}-no-such-dlq", "--checkpoint", str(checkpoint))
+    assert code == 1 and lines == []
+    assert f"dead-letter topic '{topic}-no-such-dlq' does not exist" in stderr
+    assert "went to dead-letter topic" not in stderr
+    dlq = new_topic(1, prefix="dlq")
+    code, lines, stderr = consume(bootstrap_servers, topic, "--until-eos", "--timeout", "30",
+                                  "--dead-letter-topic", dlq, "--checkpoint", str(checkpoint))
+    assert code == 0, stderr
+    assert "1 bad record(s) went to dead-letter topic" in stderr
+    assert [line["kind"] for line in lines] == ["data", "partition_end", "end_of_stream"]
+
+
 def test_kill_and_restart_prints_nothing_twice(kafka_config: dict[str, Any], bootstrap_servers: str,
                                                new_topic: Callable[..., str], tmp_path: Path) -> None:
     """SIGTERM in the middle (an interrupt: the checkpoint is saved), then a resumed run: together they

@@ -35,12 +35,13 @@ def run_pipeline_in_session(spark: SparkSession, servers: str, *, input_path: st
                    *[x for c in sums for x in ("--carry", c)], *common]
     if null_value is not None:
         ingest_args += ["--null-value", null_value]
-    out = {"ingest": ingest.run(spark, ingest.build_parser().parse_args(ingest_args), servers)}
+    config = {"bootstrap.servers": servers}
+    out = {"ingest": ingest.run(spark, ingest.build_parser().parse_args(ingest_args), config)}
     out["window"] = window_aggregate.run(spark, window_aggregate.build_parser().parse_args(
         ["--input-topic", events, "--output-topic", windows, "--window", window, "--partitions", str(partitions),
-         "--tasks", str(tasks), *sum_args, *common]), servers)
+         "--tasks", str(tasks), *sum_args, *common]), config)
     out["sink"] = sink.run(spark, sink.build_parser().parse_args(
-        ["--input-topic", windows, "--output", output, *sum_args, *common]), servers)
+        ["--input-topic", windows, "--output", output, *sum_args, *common]), config)
     return out
 
 

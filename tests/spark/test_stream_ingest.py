@@ -23,7 +23,7 @@ def test_stream_ingest_until_source_end(spark: SparkSession, kafka_config: dict[
         ["--source-topic", source, "--topic", topic, "--key", "user", "--event-time", "event_time",
          "--tasks", "2", "--partitions", "3", "--until-source-end", "--watermark-interval", "200ms",
          "--run-id", "s1", "--timeout", "60"])
-    summary = stream_ingest.run(spark, args, bootstrap_servers)
+    summary = stream_ingest.run(spark, args, {"bootstrap.servers": bootstrap_servers})
     assert summary["rows_out"] == 5000 and summary["rejects"] == 0
     assert all(task["ended"] for task in summary["tasks"])
     rows = read(spark, topic, bootstrap_servers, "s1", schema="key string, event_ms long, id string").collect()

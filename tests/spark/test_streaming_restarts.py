@@ -31,7 +31,7 @@ from controlmsg.core.messages import WatermarkMessage
 from controlmsg.kafka import ControlReader, DataRecord, FileCheckpointStore
 from spark_jobs.common import topic_names
 from spark_jobs.generate import GeneratorConfig, generate
-from spark_jobs.pipeline import _job_args, build_parser
+from spark_jobs.pipeline import _job_args, _write_client_config, build_parser
 from spark_jobs.stream_sink import checkpoint_path
 
 from .test_pipeline_oracle import assert_matches_oracle
@@ -54,7 +54,8 @@ class Chain:
             "--event-time", "event_time", "--window", "1m", "--sum", "amount", "--allowed-lateness", "10s",
             "--watermark-interval", "300ms", "--max-rate", "300", "--output", str(self.output),
             "--partitions", "3", "--tasks", "2", "--master", "local[2]", "--timeout", "300"])
-        self.commands = {job: _job_args(job, args, servers, self.run_id, self.run_dir)
+        kafka_file = _write_client_config({"bootstrap.servers": servers}, self.run_dir)
+        self.commands = {job: _job_args(job, args, kafka_file, self.run_id, self.run_dir)
                          for job in ("stream_ingest", "stream_window", "stream_sink")}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs: list[IO[bytes]] = []

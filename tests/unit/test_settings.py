@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controlmsg.errors import BrokerError
+from controlmsg.errors import BrokerError, ConfigError
 from controlmsg.kafka import resolve_bootstrap_servers
 
 
@@ -39,3 +39,61 @@ def test_no_broker_says_how_to_get_one(no_local_broker: Path, monkeypatch: pytes
     assert "controlmsg broker start" in message
     assert "KAFKA_BOOTSTRAP_SERVERS" in message
     assert str(no_local_broker) in message
+
+
+# ------------------------------------------------------------------------------ client settings
+
+
+def test_properties_file_lines(tmp_path: Path) -> None:
+    from controlmsg.kafka.settings import read_properties
+
+    path = tmp_path / "client.properties"
+    path.write_text("# a comment\n! another\n\nbootstrap.servers = b1:9092,b2:9092\nsasl.mechanism: SCRAM-SHA-512\n"
+                    "sasl.password=p=ss:word\n")
+    assert read_properties(path) == {"bootstrap.servers": "b1:9092,b2:9092", "sasl.mechanism": "SCRAM-SHA-512",
+                                     "sasl.password": "p=ss:word"}
+    path.write_text("bootstrap.servers=b:1\njust a line\n")
+    with pytest.raises(ConfigError, match=r"client\.properties:2: expected key=value"):
+        read_properties(path)
+    with pytest.raises(ConfigError, match="cannot read the Kafka client properties file"):
+        read_properties(tmp_path / "missing.properties")
+
+
+def test_precedence_file_then_x_then_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from controlmsg.kafka.settings import client_config
+
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "env:9092")
+    path = tmp_path / "client.properties"
+    path.write_text("bootstrap.servers=file:9092\nclient.id=from-file\nlinger.ms=7\n")
+    config = client_config(config_file=path, settings=["client.id=from-x", "client.id=later-x"])
+    assert config == {"bootstrap.servers": "file:9092", "client.id": "later-x", "linger.ms": "7"}
+    assert client_config(config_file=path, settings=["bootstrap.servers=x:9092"])["bootstrap.servers"] == "x:9092"
+    flagged = client_config(config_file=path, settings=["bootstrap.servers=x:9092"], bootstrap_servers="flag:1")
+    assert flagged["bootstrap.servers"] == "flag:1"
+    assert client_config(settings=["client.id=c"])["bootstrap.servers"] == "env:9092"  # none given: the environment
+
+
+def test_unknown_or_refused_settings_are_named(tmp_path: Path) -> None:
+    from controlmsg.kafka.settings import client_config
+
+    with pytest.raises(ConfigError, match=r"'no\.such\.setting' \(from -X\).*No such configuration property"):
+        client_config(bootstrap_servers="b:1", settings=["no.such.setting=1"])
+    path = tmp_path / "java.properties"
+    path.write_text("sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n")
+    with pytest.raises(ConfigError, match=r"'sasl\.jaas\.config' \(from .*java\.properties\)"):
+        client_config(bootstrap_servers="b:1", config_file=path)
+    with pytest.raises(ConfigError, match=r"'isolation\.level'"):  # a consumer setting with a refused value
+        client_config(bootstrap_servers="b:1", settings=["isolation.level=sometimes"])
+    with pytest.raises(ConfigError, match="expected key=value"):
+        client_config(bootstrap_servers="b:1", settings=["linger.ms"])
+
+
+def test_each_client_gets_everything_but_the_other_kinds_settings() -> None:
+    from controlmsg.kafka.settings import for_client
+
+    config = {"bootstrap.servers": "b:1", "sasl.password": "s", "enable.ssl.certificate.verification": "false",
+              "oauthbearer_token_refresh_cb": "cb", "linger.ms": "5", "isolation.level": "read_committed"}
+    assert for_client(config, "producer") == {k: v for k, v in config.items() if k != "isolation.level"}
+    assert for_client(config, "consumer") == {k: v for k, v in config.items() if k != "linger.ms"}
+    assert for_client(config, "admin") == {k: v for k, v in config.items()
+                                           if k not in ("linger.ms", "isolation.level")}
