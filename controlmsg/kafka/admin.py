@@ -11,6 +11,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from controlmsg.errors import TopicError
+from controlmsg.kafka.retry import retrying
 from controlmsg.kafka.settings import for_client
 
 __all__ = ["create_topic", "end_offsets", "partition_count", "wait_for_topic"]
@@ -38,9 +39,12 @@ def create_topic(
     admin = _admin(config)
     new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
                    config=dict(topic_config or {}))
-    future = admin.create_topics([new], operation_timeout=timeout)[topic]
+
+    def create() -> None:
+        admin.create_topics([new], operation_timeout=timeout)[topic].result(timeout=timeout)
+
     try:
-        future.result(timeout=timeout)
+        retrying(create, timeout=timeout)
     except KafkaException as exc:
         err = exc.args[0]
         if not (exist_ok and err.code() == err.TOPIC_ALREADY_EXISTS):
@@ -61,13 +65,21 @@ def partition_count(config: Mapping[str, Any], topic: str, timeout: float = 10.0
 
 
 def _describe(admin: AdminClient, topic: str, timeout: float) -> int | None:
+    """Retries what a restarting or paused broker answers (see :mod:`controlmsg.kafka.retry`) for up to
+    ``timeout`` s, each request waiting up to 10 s. ``None``: the topic does not exist."""
     # The caller keeps ``admin`` alive until the result is in: a collected client cancels its requests.
-    future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]
+    def describe() -> int | None:
+        future = admin.describe_topics(TopicCollection([topic]), request_timeout=min(timeout, 10.0))[topic]
+        try:
+            return len(future.result().partitions)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return None
+            raise
+
     try:
-        return len(future.result().partitions)
+        return retrying(describe, timeout=timeout)
     except KafkaException as exc:
-        if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            return None
         raise TopicError(f"cannot describe topic {topic!r}: {exc.args[0]}") from exc
 
 
@@ -77,7 +89,8 @@ def wait_for_topic(config: Mapping[str, Any], topic: str, timeout: float | None 
     deadline = None if timeout is None else time.monotonic() + timeout
     admin = _admin(config)
     while True:
-        count = _describe(admin, topic, 10.0)
+        left = 30.0 if deadline is None else max(deadline - time.monotonic(), 10.0)
+        count = _describe(admin, topic, left)
         if count is not None:
             return count
         if deadline is not None and time.monotonic() >= deadline:

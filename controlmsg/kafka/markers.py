@@ -19,19 +19,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from controlmsg.core.codec import encode_control
 from controlmsg.core.messages import ControlMessage
 from controlmsg.errors import DeliveryError
+from controlmsg.kafka.retry import is_retriable
 from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import HEADER_RUN, HEADER_TASK
-
-# A coordinator that is loading, moving or not yet elected answers with these: wait and ask again.
-_COORDINATOR_NOT_READY = frozenset({
-    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError.REQUEST_TIMED_OUT, KafkaError._WAIT_COORD,
-})
 
 __all__ = ["MarkerStore", "TransactionalProducer", "write_control_round"]
 
@@ -70,8 +65,7 @@ class MarkerStore:
                 error = exc.args[0]
             if error is None:
                 break
-            retriable = error.retriable() or error.code() in _COORDINATOR_NOT_READY
-            if not retriable or time.monotonic() >= deadline:
+            if not is_retriable(error) or time.monotonic() >= deadline:
                 raise DeliveryError(
                     f"cannot look up the commit marker of {self.group!r} on topic {self.topic!r}: {error}")
             time.sleep(0.2)

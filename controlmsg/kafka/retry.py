@@ -1,0 +1,47 @@
+"""Which Kafka errors are worth another try, and a bounded backoff to try again with.
+
+A coordinator that is loading or moving, a leader election, a request or connection that timed out: the
+cluster answers these while a broker restarts or a partition moves, and they pass. Everything else
+(authorization, an unknown setting, a topic that does not exist) is final and fails at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Final, TypeVar
+
+from confluent_kafka import KafkaError, KafkaException
+
+__all__ = ["RETRIABLE", "is_retriable", "retrying"]
+
+T = TypeVar("T")
+
+RETRIABLE: Final = frozenset({
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.NOT_CONTROLLER,
+    KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION, KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+    KafkaError._WAIT_COORD, KafkaError._ALL_BROKERS_DOWN, KafkaError.CONCURRENT_TRANSACTIONS,
+})
+
+
+def is_retriable(error: KafkaError) -> bool:
+    """Whether ``error`` may pass if asked again: librdkafka says so, or it is one of :data:`RETRIABLE`."""
+    return bool(error.retriable()) or error.code() in RETRIABLE
+
+
+def retrying(call: Callable[[], T], *, timeout: float, first_wait: float = 0.1, max_wait: float = 2.0) -> T:
+    """``call()``, again after a retriable :class:`KafkaException`, waiting ``first_wait`` s and doubling up
+    to ``max_wait``, until ``timeout`` s have passed; then the last exception propagates. A final error
+    propagates at once."""
+    deadline = time.monotonic() + timeout
+    wait = first_wait
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            error = exc.args[0]
+            if not isinstance(error, KafkaError) or not is_retriable(error) or time.monotonic() + wait > deadline:
+                raise
+        time.sleep(wait)
+        wait = min(wait * 2, max_wait)
