@@ -26,7 +26,7 @@ from controlmsg.core.messages import ControlMessage
 from controlmsg.errors import DeliveryError
 from controlmsg.kafka.retry import is_retriable
 from controlmsg.kafka.settings import for_client
-from controlmsg.kafka.writer import HEADER_RUN, HEADER_TASK
+from controlmsg.kafka.writer import HEADER_RUN, HEADER_TASK, produce_waiting
 
 __all__ = ["MarkerStore", "TransactionalProducer", "write_control_round"]
 
@@ -131,16 +131,14 @@ def write_control_round(
                 headers: list[tuple[str, str | bytes | None]] = [
                     (HEADER_TASK, message.task_name.encode()), (HEADER_RUN, message.run_id.encode())]
                 for p in range(partitions):
-                    while True:
-                        try:
-                            producer.produce(topic, value, None, p, headers=headers)
-                            break
-                        except BufferError:
-                            producer.poll(0.05)
+                    produce_waiting(producer, topic, value, None, p, headers)
             store.add(producer, marker)
             producer.commit_transaction(timeout)
-        except KafkaException as exc:
+        except (KafkaException, DeliveryError) as exc:
+            # Abort now: an open transaction would hold read_committed readers back until it timed out.
             with contextlib.suppress(KafkaException):
                 producer.abort_transaction(10.0)
+            if isinstance(exc, DeliveryError):
+                raise
             raise DeliveryError(f"cannot commit control messages to topic {topic!r}: {exc.args[0]}") from exc
     return None

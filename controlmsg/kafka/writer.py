@@ -25,13 +25,27 @@ from controlmsg.errors import DeliveryError
 from controlmsg.kafka.admin import wait_for_topic
 from controlmsg.kafka.settings import for_client
 
-__all__ = ["HEADER_RUN", "HEADER_SEQ", "HEADER_TASK", "ControlWriter"]
+__all__ = ["HEADER_RUN", "HEADER_SEQ", "HEADER_TASK", "ControlWriter", "produce_waiting"]
 
 HEADER_TASK: Final = "controlmsg-task"
 HEADER_RUN: Final = "controlmsg-run"
 HEADER_SEQ: Final = "controlmsg-seq"
 
 _POLL_EVERY: Final = 4096
+
+
+def produce_waiting(producer: Producer, topic: str, value: bytes, key: bytes | str | None = None,
+                    partition: int = -1, headers: list[tuple[str, str | bytes | None]] | None = None) -> None:
+    """``producer.produce(...)``, serving delivery reports while the local queue is full instead of failing.
+    Raises :class:`DeliveryError` naming the topic when librdkafka refuses the record."""
+    while True:
+        try:
+            producer.produce(topic, value, key, partition, headers=headers)
+            return
+        except BufferError:
+            producer.poll(0.05)
+        except KafkaException as exc:
+            raise DeliveryError(f"cannot produce to topic {topic!r}: {exc.args[0]}") from exc
 
 
 class ControlWriter:
@@ -141,15 +155,7 @@ class ControlWriter:
         """Write a raw record (no envelope) to another ``topic`` through this writer's producer, so that
         side outputs (rejects, late records, state snapshots) commit in the same transaction as the
         stream. ``partition`` -1 lets the partitioner choose. Delivery errors surface like the stream's own."""
-        producer = self._producer
-        while True:
-            try:
-                producer.produce(topic, value, key, partition, headers=headers)
-                return
-            except BufferError:
-                producer.poll(0.05)
-            except KafkaException as exc:
-                raise DeliveryError(f"cannot produce to topic {topic!r}: {exc.args[0]}") from exc
+        produce_waiting(self._producer, topic, value, key, partition, headers)
 
     # ------------------------------------------------------------------ control messages
 
