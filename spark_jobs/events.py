@@ -11,7 +11,6 @@ counted and written to a rejects file with the reason, never dropped silently.
 
 from __future__ import annotations
 
-import re
 import shutil
 import uuid
 from collections.abc import Sequence
@@ -20,6 +19,8 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+
+from controlmsg.core.durations import parse_duration
 
 __all__ = [
     "EVENT_MS",
@@ -37,16 +38,6 @@ EVENT_MS = "__event_ms"
 
 REJECT_REASON = "__reject_reason"
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def parse_duration(text: str) -> int:
-    """``15m`` -> 900000. Units: ms, s, m, h, d. Raises ``ValueError`` for anything else or zero."""
-    match = _DURATION.match(text)
-    if not match or int(match.group(1)) == 0:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 500ms, 30s, 15m, 1h, 1d)")
-    return int(match.group(1)) * _UNIT_MS[match.group(2)]
 
 
 def _format(path: str) -> str:
