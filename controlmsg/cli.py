@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import orjson
 
@@ -24,6 +24,9 @@ from controlmsg.core.messages import MAX_TIMESTAMP
 from controlmsg.errors import ControlMsgError, ProtocolError
 from controlmsg.kafka.reader import DataRecord, Item
 from controlmsg.kafka.settings import add_client_options, client_config_from_args
+
+if TYPE_CHECKING:
+    from controlmsg.testing.broker import BrokerHandle
 
 __all__ = ["main"]
 
@@ -48,9 +51,10 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 
     data_dir = Path(args.data_dir) if args.data_dir else None
     if args.action == "start":
-        handle = broker.start_broker(port=args.port, data_dir=data_dir)
+        handle = broker.start_broker(port=args.port, data_dir=data_dir, security=args.security)
         print(handle.bootstrap_servers)
         print(f"broker pid {handle.pid}, data in {handle.data_dir}, log {handle.log_path}", file=sys.stderr)
+        _print_client_properties(handle)
         return EXIT_OK
     if args.action == "stop":
         stopped = broker.stop_broker(data_dir)
@@ -61,7 +65,16 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         print("no broker running", file=sys.stderr)
         return EXIT_ERROR
     print(status.bootstrap_servers)
+    _print_client_properties(status)
     return EXIT_OK
+
+
+def _print_client_properties(handle: BrokerHandle) -> None:
+    """Secured: where the pipeline user's client settings are (stderr; the paths only, never a secret)."""
+    pipeline = handle.client_properties.get("pipeline")
+    if pipeline is not None:
+        others = ", ".join(f"{user}: {path}" for user, path in handle.client_properties.items() if user != "pipeline")
+        print(f"SASL_SSL; client settings of user pipeline: --kafka-config {pipeline} ({others})", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------- topics
@@ -331,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("action", choices=["start", "stop", "status"])
     b.add_argument("--port", type=int, default=9092)
     b.add_argument("--data-dir", help="where the broker keeps its data (default: ~/.cache/controlmsg/broker)")
+    b.add_argument("--security", choices=["plaintext", "sasl-ssl"], default="plaintext",
+                   help="start: sasl-ssl = SCRAM-SHA-512 over TLS with ACLs; users, passwords, certificates and "
+                        "client-<user>.properties files are made in the data directory (default: plaintext)")
     b.set_defaults(func=_cmd_broker)
 
     t = sub.add_parser("create-topic", help="create an intermediate topic")

@@ -17,8 +17,28 @@ from controlmsg.kafka.settings import for_client
 __all__ = ["create_topic", "end_offsets", "partition_count", "wait_for_topic"]
 
 
+# What a broker answers a principal that no ACL allows the operation (Kafka's StandardAuthorizer).
+_DENIED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED})
+# What librdkafka says when no broker answered at all: a wrong address, or the wrong security protocol.
+_NO_ANSWER = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
+
+
 def _admin(config: Mapping[str, Any]) -> AdminClient:
     return AdminClient(for_client(config, "admin"))
+
+
+def _failure(config: Mapping[str, Any], operation: str, topic: str, error: KafkaError, detail: object) -> str:
+    """One line on why ``operation`` on ``topic`` failed: refused, who asked (``sasl.username``); no
+    answer, where and how it asked. ``detail``: what to quote of the error otherwise."""
+    if error.code() in _DENIED:
+        user = config.get("sasl.username")
+        who = f" (principal User:{user})" if user else ""
+        return f"not authorized to {operation} topic {topic!r}{who}: {error.str()}"
+    if error.code() in _NO_ANSWER:
+        protocol = config.get("security.protocol", "plaintext")
+        return (f"cannot {operation} topic {topic!r}: {error.str()} (no answer from "
+                f"{config.get('bootstrap.servers')} with security.protocol {protocol}: check both)")
+    return f"cannot {operation} topic {topic!r}: {detail}"
 
 
 def create_topic(
@@ -48,7 +68,7 @@ def create_topic(
     except KafkaException as exc:
         err = exc.args[0]
         if not (exist_ok and err.code() == err.TOPIC_ALREADY_EXISTS):
-            raise TopicError(f"cannot create topic {topic!r}: {err.str()}") from exc
+            raise TopicError(_failure(config, "create", topic, err, err.str())) from exc
     have = wait_for_topic(config, topic, timeout=timeout)
     if have != partitions:
         raise TopicError(f"topic {topic!r} exists with {have} partitions, not {partitions}")
@@ -61,10 +81,10 @@ def partition_count(config: Mapping[str, Any], topic: str, timeout: float = 10.0
     broker with ``auto.create.topics.enable=true`` (Kafka's default) create it with its default partition
     count, so a reader planned before its upstream job would make a wrong topic.
     """
-    return _describe(_admin(config), topic, timeout)
+    return _describe(config, _admin(config), topic, timeout)
 
 
-def _describe(admin: AdminClient, topic: str, timeout: float) -> int | None:
+def _describe(config: Mapping[str, Any], admin: AdminClient, topic: str, timeout: float) -> int | None:
     """Retries what a restarting or paused broker answers (see :mod:`controlmsg.kafka.retry`) for up to
     ``timeout`` s, each request waiting up to 10 s. ``None``: the topic does not exist."""
     # The caller keeps ``admin`` alive until the result is in: a collected client cancels its requests.
@@ -80,7 +100,7 @@ def _describe(admin: AdminClient, topic: str, timeout: float) -> int | None:
     try:
         return retrying(describe, timeout=timeout)
     except KafkaException as exc:
-        raise TopicError(f"cannot describe topic {topic!r}: {exc.args[0]}") from exc
+        raise TopicError(_failure(config, "describe", topic, exc.args[0], exc.args[0])) from exc
 
 
 def wait_for_topic(config: Mapping[str, Any], topic: str, timeout: float | None = 30.0) -> int:
@@ -90,7 +110,7 @@ def wait_for_topic(config: Mapping[str, Any], topic: str, timeout: float | None 
     admin = _admin(config)
     while True:
         left = 30.0 if deadline is None else max(deadline - time.monotonic(), 10.0)
-        count = _describe(admin, topic, left)
+        count = _describe(config, admin, topic, left)
         if count is not None:
             return count
         if deadline is not None and time.monotonic() >= deadline:

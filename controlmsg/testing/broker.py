@@ -17,6 +17,11 @@ The broker listens on ``127.0.0.1`` only.  Topic auto-creation is off
 (intermediate topics are created on purpose, with their partition count), and
 every internal topic uses replication factor 1.
 
+With ``security="sasl-ssl"`` the client port takes SASL/SCRAM-SHA-512 over TLS
+only, ACLs are enforced, and the data directory also holds the generated
+passwords, certificates and one client properties file per user (see
+:mod:`controlmsg.testing.security`).
+
 POSIX only (Linux, macOS): the broker is detached into its own session and
 stopped with signals.
 """
@@ -36,15 +41,20 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from controlmsg.errors import BrokerError
+from controlmsg.testing import security as sec
+from controlmsg.testing.security import Security
 
 __all__ = [
     "KAFKA_VERSION",
+    "SECURITY_MODES",
     "BrokerError",
     "BrokerHandle",
+    "Security",
     "broker_status",
     "default_cache_dir",
     "default_data_dir",
@@ -55,6 +65,9 @@ __all__ = [
 
 KAFKA_VERSION = "4.1.1"
 """Apache Kafka version that is fetched and run."""
+
+SECURITY_MODES = sec.MODES
+"""What :func:`start_broker` takes as ``security``: ``"plaintext"`` (the default) or ``"sasl-ssl"``."""
 
 _SCALA_VERSION = "2.13"
 # Kafka 4.1 resolves slf4j-api 1.7.x, so the SLF4J 1.x binding is the one that binds.
@@ -72,6 +85,8 @@ _MVN_TIMEOUT = 900.0
 _KILL_WAIT = 10.0
 _LOG_TAIL_LINES = 30
 _OUTPUT_TAIL_LINES = 30
+_OPENSSL_TIMEOUT = 60.0
+_ACL_TIMEOUT = 30.0
 
 _PID_FILE = "broker.pid"
 _JSON_FILE = "broker.json"
@@ -80,6 +95,8 @@ _LOCK_FILE = ".broker.lock"
 _PROPS_FILE = "server.properties"
 _LOG4J_FILE = "log4j2.properties"
 _STORAGE_DIR = "logs"
+# Written after a secured format: its storage holds SCRAM users, a plain one has none.
+_STORAGE_SECURITY_FILE = "storage.security"
 
 _logger = logging.getLogger(__name__)
 
@@ -95,12 +112,17 @@ class BrokerHandle:
         pid: Process id of the broker JVM.
         data_dir: Absolute directory that holds the broker's state and files.
         log_path: The broker's stdout/stderr log (``<data_dir>/broker.log``).
+        security: ``"plaintext"`` or ``"sasl-ssl"``.
+        client_properties: Secured only: user (``admin``, ``pipeline``, ``nobody``) -> that user's
+            client properties file (librdkafka names, mode 0600), for ``--kafka-config``.
     """
 
     bootstrap_servers: str
     pid: int
     data_dir: Path
     log_path: Path
+    security: Security = "plaintext"
+    client_properties: dict[str, Path] = field(default_factory=dict, hash=False)
 
 
 # --------------------------------------------------------------------------- paths
@@ -265,7 +287,8 @@ def ensure_kafka_libs(cache_dir: Path | None = None) -> Path:
 # ------------------------------------------------------------------ start / stop
 
 
-def start_broker(port: int = 9092, data_dir: Path | None = None, timeout: float = 90.0) -> BrokerHandle:
+def start_broker(port: int = 9092, data_dir: Path | None = None, timeout: float = 90.0, *,
+                 security: Security = "plaintext") -> BrokerHandle:
     """Start a single-node KRaft broker on ``127.0.0.1:port`` and wait until it serves.
 
     ``data_dir`` defaults to :func:`default_data_dir` and is created if
@@ -275,11 +298,24 @@ def start_broker(port: int = 9092, data_dir: Path | None = None, timeout: float 
     it outlives the caller) with stdout/stderr in ``<data_dir>/broker.log``;
     its pid goes to ``<data_dir>/broker.pid`` and ``<data_dir>/broker.json``
     records ``bootstrap_servers``, ``pid`` and ``port`` (plus
-    ``controller_port`` and ``kafka_version``).
+    ``controller_port``, ``kafka_version``, ``security`` and
+    ``client_properties``).
 
-    Idempotent: if the broker recorded in ``data_dir`` is alive on ``port``, it
-    is waited for until it serves and its handle is returned; nothing is
-    started.
+    ``security="sasl-ssl"``: the client port takes SASL_SSL with SCRAM-SHA-512
+    only and Kafka's ``StandardAuthorizer`` denies what no ACL allows. On the
+    first start the passwords of the users ``admin`` (super user), ``pipeline``
+    and ``nobody`` are generated into ``<data_dir>/secrets.json`` (0600) and the
+    users are created when the storage is formatted; at every start ``openssl``
+    makes a new CA and broker certificate (for ``127.0.0.1`` and ``localhost``),
+    ``<data_dir>/client-<user>.properties`` (0600) are written, and once the
+    broker serves, ``pipeline`` is granted what controlmsg needs on every
+    topic, group and transactional id (see
+    :mod:`controlmsg.testing.security`). A storage keeps the mode it was
+    formatted in.
+
+    Idempotent: if the broker recorded in ``data_dir`` is alive on ``port``
+    with the same ``security``, it is waited for until it serves and its handle
+    is returned; nothing is started.
 
     Blocks: until the broker answers a metadata request (typically a few
     seconds), or up to ``timeout`` seconds.  ``timeout`` does not cover the
@@ -288,18 +324,24 @@ def start_broker(port: int = 9092, data_dir: Path | None = None, timeout: float 
 
     Raises:
         BrokerError: the broker recorded in ``data_dir`` runs on a different
-            port; ``port`` (or the chosen controller port) is taken by
-            another process; ``java`` cannot be found; the Kafka libraries
-            cannot be fetched; formatting the storage fails; or the broker
-            exits or does not serve within ``timeout``.  In the last cases
-            the broker process is killed and the message ends with the last
-            lines of ``broker.log``.
-        ValueError: ``port`` is not in 1..65534 or ``timeout`` is not positive.
+            port or in the other security mode; the storage was formatted in
+            the other security mode; ``port`` (or the chosen controller port)
+            is taken by another process; ``java`` (or, secured, ``openssl``)
+            cannot be found or fails; the Kafka libraries cannot be fetched;
+            formatting the storage fails; the broker exits or does not serve
+            within ``timeout``; or (secured) the ACLs cannot be created.  In
+            the last cases the broker process is killed and the message ends
+            with the last lines of ``broker.log``.  No message contains a
+            generated password.
+        ValueError: ``port`` is not in 1..65534, ``timeout`` is not positive
+            or ``security`` is not one of :data:`SECURITY_MODES`.
     """
     if not 1 <= port <= 65534:
         raise ValueError(f"port must be in 1..65534, got {port}")
     if timeout <= 0:
         raise ValueError(f"timeout must be positive, got {timeout}")
+    if security not in SECURITY_MODES:
+        raise ValueError(f"security must be one of {', '.join(SECURITY_MODES)}, got {security!r}")
     ddir = _resolve_dir(data_dir, default_data_dir())
     try:
         ddir.mkdir(parents=True, exist_ok=True)
@@ -316,6 +358,12 @@ def start_broker(port: int = 9092, data_dir: Path | None = None, timeout: float 
                     f"{handle.bootstrap_servers} (pid {handle.pid}), not on port "
                     f"{port}; stop it first (`controlmsg broker stop`) or use "
                     f"port {recorded_port}"
+                )
+            if handle.security != security:
+                raise BrokerError(
+                    f"a {handle.security} broker from {ddir} is already running at "
+                    f"{handle.bootstrap_servers} (pid {handle.pid}), not a {security} one; "
+                    "stop it first (`controlmsg broker stop`) or use another data directory"
                 )
             _logger.info("broker already running at %s", handle.bootstrap_servers)
             _serve_or_kill(handle, time.monotonic() + timeout)
@@ -334,22 +382,41 @@ def start_broker(port: int = 9092, data_dir: Path | None = None, timeout: float 
             )
         controller_port = _pick_controller_port(port)
 
+        formatted = (ddir / _STORAGE_DIR / "meta.properties").is_file()
+        if formatted and _storage_security(ddir) != security:
+            raise BrokerError(
+                f"the broker storage in {ddir} was formatted for a {_storage_security(ddir)} broker, "
+                f"not a {security} one; use another data directory (--data-dir)"
+            )
         props = ddir / _PROPS_FILE
         log4j = ddir / _LOG4J_FILE
         log_path = ddir / _LOG_FILE
         bootstrap = f"{_HOST}:{port}"
-        _write_text_atomic(props, _server_properties(ddir, port, controller_port))
+        listeners = _PLAIN_LISTENERS.format(host=_HOST, port=port, controller_port=controller_port)
+        found: sec.BrokerSecrets | None = None
+        client_properties: dict[str, Path] = {}
+        if security == "sasl-ssl":
+            found = sec.load_or_create_secrets(ddir)
+            ca = sec.make_certificates(ddir, lambda cmd, what: _run_tool(cmd, what, _OPENSSL_TIMEOUT))
+            listeners = sec.server_listener_properties(ddir, port, controller_port, found, _HOST)
+            client_properties = sec.write_client_properties(ddir, bootstrap, found, ca)
+        _write_text_atomic(props, _server_properties(ddir, controller_port, listeners), private=found is not None)
         _write_text_atomic(log4j, _LOG4J2_PROPERTIES)
         jvm_opts = [f"-Dlog4j2.configurationFile={log4j}", "-cp", str(libs / "*")]
 
-        if not (ddir / _STORAGE_DIR / "meta.properties").is_file():
-            _format_storage([java, *jvm_opts], props, deadline)
+        if not formatted:
+            _format_storage([java, *jvm_opts], props, deadline, found)
+            if found is not None:
+                _write_text_atomic(ddir / _STORAGE_SECURITY_FILE, f"{security}\n")
+            else:
+                (ddir / _STORAGE_SECURITY_FILE).unlink(missing_ok=True)
 
         with contextlib.suppress(FileNotFoundError):
             log_path.replace(ddir / (_LOG_FILE + ".1"))  # keep the previous run's log
         argv = [java, _JVM_HEAP, *jvm_opts, "kafka.Kafka", str(props)]
         pid = _spawn_detached(argv, log_path)
-        handle = BrokerHandle(bootstrap_servers=bootstrap, pid=pid, data_dir=ddir, log_path=log_path)
+        handle = BrokerHandle(bootstrap_servers=bootstrap, pid=pid, data_dir=ddir, log_path=log_path,
+                              security=security, client_properties=client_properties)
         try:
             _write_text_atomic(ddir / _PID_FILE, f"{pid}\n")
             record = {
@@ -358,6 +425,8 @@ def start_broker(port: int = 9092, data_dir: Path | None = None, timeout: float 
                 "port": port,
                 "controller_port": controller_port,
                 "kafka_version": KAFKA_VERSION,
+                "security": security,
+                "client_properties": {user: str(path) for user, path in client_properties.items()},
             }
             _write_text_atomic(ddir / _JSON_FILE, json.dumps(record, indent=2) + "\n")
             _logger.info("started broker pid %d at %s", pid, bootstrap)
@@ -442,18 +511,24 @@ def _properties_value(value: str) -> str:
     return value.replace("\\", "\\\\")
 
 
-def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
+_PLAIN_LISTENERS = """\
+listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}
+advertised.listeners=PLAINTEXT://{host}:{port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+"""
+
+
+def _server_properties(data_dir: Path, controller_port: int, listeners: str) -> str:
+    """``server.properties`` with ``listeners``: the listener lines (and, secured, TLS, SASL and ACLs)."""
     storage = _properties_value(str(data_dir / _STORAGE_DIR))
     return f"""\
 # Generated by controlmsg.testing.broker (rewritten at every start).
 process.roles=broker,controller
 node.id={_NODE_ID}
 controller.quorum.voters={_NODE_ID}@{_HOST}:{controller_port}
-listeners=PLAINTEXT://{_HOST}:{port},CONTROLLER://{_HOST}:{controller_port}
-advertised.listeners=PLAINTEXT://{_HOST}:{port}
-controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
+{listeners.rstrip()}
 log.dirs={storage}
 num.partitions=1
 offsets.topic.replication.factor=1
@@ -483,13 +558,26 @@ def _file_lock(path: Path) -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
+def _write_text_atomic(path: Path, text: str, *, private: bool = False) -> None:
+    """Replace ``path`` with ``text``; ``private``: readable by the owner only (0600) from the start."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
         tmp.replace(path)
     except OSError as exc:
         raise BrokerError(f"cannot write {path}: {exc}") from exc
+
+
+def _storage_security(data_dir: Path) -> Security:
+    """The mode the storage of ``data_dir`` was formatted in (no marker: plaintext, as before markers)."""
+    try:
+        text = (data_dir / _STORAGE_SECURITY_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        return "plaintext"
+    return "sasl-ssl" if text == "sasl-ssl" else "plaintext"
 
 
 def _as_text(data: str | bytes | None) -> str:
@@ -566,7 +654,10 @@ def _new_cluster_id() -> str:
             return raw
 
 
-def _format_storage(java_cmd: Sequence[str], props: Path, deadline: float) -> None:
+def _format_storage(java_cmd: Sequence[str], props: Path, deadline: float,
+                    found: sec.BrokerSecrets | None = None) -> None:
+    """Format the storage; with ``found``, create its SCRAM users (their passwords never reach a log or
+    an error message, only the tool's command line)."""
     cluster_id = _new_cluster_id()
     cmd = [
         *java_cmd,
@@ -577,14 +668,29 @@ def _format_storage(java_cmd: Sequence[str], props: Path, deadline: float) -> No
         "-c",
         str(props),
     ]
+    hidden: tuple[str, ...] = ()
+    if found is not None:
+        cmd += sec.scram_format_args(found)
+        hidden = found.all()
     remaining = max(1.0, deadline - time.monotonic())
-    _logger.info("formatting Kafka storage: %s", shlex.join(cmd))
-    _run_tool(cmd, "formatting the broker storage", remaining)
+    _logger.info("formatting Kafka storage: %s", sec.redact(shlex.join(cmd), hidden))
+    _run_tool(cmd, "formatting the broker storage", remaining, hidden=hidden)
 
 
-def _run_tool(cmd: Sequence[str], what: str, timeout: float, cwd: Path | None = None) -> str:
+def _run_tool(cmd: Sequence[str], what: str, timeout: float, cwd: Path | None = None,
+              hidden: Sequence[str] = ()) -> str:
     """Run a helper tool to completion; return its output. Raises :class:`BrokerError` naming the command
-    and the tail of its output when it cannot run, times out or fails."""
+    and the tail of its output when it cannot run, times out or fails; the ``hidden`` strings (passwords)
+    appear as ``***`` in the message."""
+    try:
+        return _run_tool_unredacted(cmd, what, timeout, cwd)
+    except BrokerError as exc:
+        if not hidden:
+            raise
+        raise BrokerError(sec.redact(str(exc), hidden)) from None
+
+
+def _run_tool_unredacted(cmd: Sequence[str], what: str, timeout: float, cwd: Path | None) -> str:
     shown = shlex.join(cmd)
     try:
         proc = subprocess.run(
@@ -734,11 +840,19 @@ def _recorded_broker(data_dir: Path) -> tuple[BrokerHandle, int] | None:
         return None
     if not _is_our_broker(pid, data_dir):
         return None
+    security: Security = "sasl-ssl" if record.get("security") == "sasl-ssl" else "plaintext"
+    paths = record.get("client_properties")
+    client_properties = (
+        {str(user): Path(path) for user, path in paths.items() if isinstance(path, str)}
+        if isinstance(paths, dict) else {}
+    )
     handle = BrokerHandle(
         bootstrap_servers=bootstrap,
         pid=pid,
         data_dir=data_dir,
         log_path=data_dir / _LOG_FILE,
+        security=security,
+        client_properties=client_properties,
     )
     return handle, port
 
@@ -786,9 +900,12 @@ def _terminate(pid: int, data_dir: Path, timeout: float) -> None:
 
 
 def _serve_or_kill(handle: BrokerHandle, deadline: float) -> None:
-    """Wait until ``handle`` serves; otherwise kill it, clear its record and raise."""
+    """Wait until ``handle`` serves (secured: and grant the pipeline user its ACLs); otherwise kill it,
+    clear its record and raise."""
     try:
         _wait_until_serving(handle, deadline)
+        if handle.security == "sasl-ssl":
+            _grant_pipeline_acls(handle)
     except BaseException:
         with contextlib.suppress(BrokerError):
             _terminate(handle.pid, handle.data_dir, 5.0)
@@ -821,8 +938,36 @@ def _tcp_accepts(host: str, port: int) -> bool:
         return False
 
 
+def _admin_settings(handle: BrokerHandle) -> dict[str, Any]:
+    """librdkafka settings of an admin client for ``handle``: secured, the ``admin`` super user's."""
+    if handle.security != "sasl-ssl":
+        return {"bootstrap.servers": handle.bootstrap_servers}
+    found = sec.load_secrets(handle.data_dir)
+    return sec.client_settings(handle.bootstrap_servers, sec.ADMIN_USER, found.users[sec.ADMIN_USER],
+                               sec.tls_dir(handle.data_dir) / sec.CA_FILE)
+
+
+def _grant_pipeline_acls(handle: BrokerHandle) -> None:
+    """Allow the pipeline user what controlmsg needs (idempotent: an existing ACL is kept as it is).
+    Raises :class:`BrokerError` naming the ACL the broker refused, with the broker log's tail."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(_admin_settings(handle), logger=_logger)
+    futures = admin.create_acls(sec.pipeline_acl_bindings(), request_timeout=_ACL_TIMEOUT)
+    for binding, future in futures.items():
+        try:
+            future.result(timeout=_ACL_TIMEOUT)
+        except (KafkaException, TimeoutError) as exc:
+            reason = exc.args[0] if isinstance(exc, KafkaException) else f"no answer within {_ACL_TIMEOUT:.0f} s"
+            raise BrokerError(
+                f"the broker at {handle.bootstrap_servers} did not create the ACL {binding}: {reason}"
+                + _log_tail(handle.log_path)
+            ) from exc
+
+
 def _answers_metadata(handle: BrokerHandle, timeout: float) -> bool:
-    """True once the broker returns cluster metadata that lists a broker."""
+    """True once the broker returns cluster metadata that lists a broker (secured: to the admin user)."""
     try:
         from confluent_kafka.admin import AdminClient
     except ImportError:  # pragma: no cover - confluent_kafka is a dependency
@@ -832,7 +977,7 @@ def _answers_metadata(handle: BrokerHandle, timeout: float) -> bool:
             return False
         return "Kafka Server started" in log
     # logger=: keep librdkafka's connection chatter out of the caller's stderr.
-    admin = AdminClient({"bootstrap.servers": handle.bootstrap_servers}, logger=_logger)
+    admin = AdminClient(_admin_settings(handle), logger=_logger)
     try:
         metadata = admin.list_topics(timeout=max(0.5, timeout))
     except Exception:  # KafkaException while the broker is still starting

@@ -1,0 +1,192 @@
+"""The secured local broker (``controlmsg broker start --security sasl-ssl``) against real clients: the
+pipeline user writes and reads the protocol with nothing but its properties file, the ``nobody`` user is
+refused in one line that names the topic, a plaintext client gets nowhere, and no password is ever
+printed.
+
+The module starts its own secured broker (in a temporary directory, on a free port) through the CLI; if
+it cannot start, every test here errors. It is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pytest
+
+from controlmsg.core.bookkeeping import StreamEnded
+from controlmsg.core.codec import decode_json_payload
+from controlmsg.kafka.admin import create_topic, end_offsets, partition_count
+from controlmsg.kafka.reader import ControlReader, DataRecord
+from controlmsg.kafka.settings import client_config, read_properties
+from controlmsg.kafka.writer import ControlWriter
+
+pytestmark = pytest.mark.kafka
+
+
+@dataclass(frozen=True)
+class Secured:
+    bootstrap_servers: str
+    data_dir: Path
+    properties: dict[str, Path]  # user -> client properties file
+    passwords: tuple[str, ...]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cli(*args: str, secret: tuple[str, ...] = (), stdin: bytes | None = None,
+         timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``controlmsg``; every output is checked to hold none of the ``secret`` strings."""
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": ""}  # the settings must come from the options alone
+    proc = subprocess.run([sys.executable, "-m", "controlmsg", *args], input=stdin, capture_output=True,
+                          timeout=timeout, check=False, env=env)
+    out, err = proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
+    for value in secret:
+        assert value not in out and value not in err, f"a password was printed by controlmsg {args[0]}"
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _error_lines(stderr: str) -> list[str]:
+    # librdkafka's own log lines (``%<level>|...``) may surround controlmsg's one-line error.
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    data_dir = tmp_path_factory.mktemp("kafka-secured")
+    started = time.monotonic()
+    proc = _cli("broker", "start", "--security", "sasl-ssl", "--port", str(_free_port()),
+                "--data-dir", str(data_dir), timeout=300)
+    try:
+        assert proc.returncode == 0, f"the secured broker did not start:\n{proc.stderr}"
+        secrets = json.loads((data_dir / "secrets.json").read_text())
+        passwords = (*secrets["users"].values(), secrets["controller"])
+        for value in passwords:  # the start command printed none of them
+            assert value not in proc.stdout and value not in proc.stderr
+        record = json.loads((data_dir / "broker.json").read_text())
+        print(f"secured broker started in {time.monotonic() - started:.1f} s", file=sys.stderr)
+        yield Secured(
+            bootstrap_servers=proc.stdout.strip(),
+            data_dir=data_dir,
+            properties={user: Path(path) for user, path in record["client_properties"].items()},
+            passwords=passwords,
+        )
+    finally:
+        _cli("broker", "stop", "--data-dir", str(data_dir))
+
+
+def _topic(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def test_start_names_the_pipeline_properties_and_writes_private_files(secured: Secured) -> None:
+    status = _cli("broker", "status", "--data-dir", str(secured.data_dir), secret=secured.passwords)
+    assert status.returncode == 0 and status.stdout.strip() == secured.bootstrap_servers
+    pipeline = secured.properties["pipeline"]
+    assert str(pipeline) in status.stderr
+    assert set(secured.properties) == {"admin", "pipeline", "nobody"}
+    for user, path in secured.properties.items():
+        assert path == secured.data_dir / f"client-{user}.properties"
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        settings = read_properties(path)
+        assert settings["bootstrap.servers"] == secured.bootstrap_servers
+        assert settings["security.protocol"] == "SASL_SSL"
+        assert settings["sasl.mechanism"] == "SCRAM-SHA-512"
+        assert settings["sasl.username"] == user and settings["sasl.password"] in secured.passwords
+        assert Path(settings["ssl.ca.location"]).is_file()
+    for private in ("secrets.json", "server.properties", "tls/broker.pem"):
+        assert stat.S_IMODE((secured.data_dir / private).stat().st_mode) == 0o600, private
+
+
+def test_pipeline_user_writes_and_reads_through_the_cli(secured: Secured) -> None:
+    topic = _topic("secured-cli")
+    props = str(secured.properties["pipeline"])
+    created = _cli("create-topic", "--kafka-config", props, "--topic", topic, "--partitions", "2",
+                   secret=secured.passwords)
+    assert created.returncode == 0, created.stderr
+    lines = b"".join(orjson.dumps({"user": f"u{i}", "n": i}) + b"\n" for i in range(6))
+    produced = _cli("produce", "--kafka-config", props, "--topic", topic, "--task-name", "t0", "--task-count", "1",
+                    "--run-id", "r1", "--key-field", "user", "--watermark", "100", "--eos", stdin=lines,
+                    secret=secured.passwords)
+    assert produced.returncode == 0, produced.stderr
+    consumed = _cli("consume", "--kafka-config", props, "--topic", topic, "--run-id", "r1", "--until-eos",
+                    "--timeout", "60", secret=secured.passwords)
+    assert consumed.returncode == 0, consumed.stderr
+    rows = [orjson.loads(line) for line in consumed.stdout.splitlines()]
+    assert sorted(r["value"]["n"] for r in rows if r["kind"] == "data") == list(range(6))
+    assert rows[-1] == {"kind": "end_of_stream"}
+
+
+def test_pipeline_user_writes_transactionally_and_reads_committed(secured: Secured) -> None:
+    config = client_config(config_file=secured.properties["pipeline"])
+    topic = _topic("secured-api")
+    create_topic(config, topic, 2)
+    writer = ControlWriter({**config, "transactional.id": f"{topic}-task-0"}, topic, task_name="t",
+                           task_count=1, run_id="r1")
+    writer.send({"n": 1}, key="a")
+    writer.abort()  # a failed attempt: read_committed readers never see it
+    writer.send({"n": 2}, key="a")
+    writer.send_watermark(500)
+    writer.send_end_of_stream()
+    writer.close()
+    with ControlReader(config, topic) as reader:
+        items = list(reader.read_until_end(timeout=60))
+    assert [decode_json_payload(i.payload) for i in items if isinstance(i, DataRecord)] == [{"n": 2}]
+    assert isinstance(items[-1], StreamEnded)
+
+
+def test_nobody_is_refused_in_one_line_and_writes_nothing(secured: Secured) -> None:
+    pipeline = client_config(config_file=secured.properties["pipeline"])
+    nobody = str(secured.properties["nobody"])
+
+    missing = _topic("secured-nobody-create")
+    create = _cli("create-topic", "--kafka-config", nobody, "--topic", missing, "--partitions", "1",
+                  secret=secured.passwords)
+    assert create.returncode == 1
+    [line] = _error_lines(create.stderr)
+    assert "not authorized to create topic" in line and repr(missing) in line and "User:nobody" in line
+    assert "Traceback" not in create.stderr
+    assert partition_count(pipeline, missing) is None  # nothing was created
+
+    topic = _topic("secured-nobody-write")
+    create_topic(pipeline, topic, 2)
+    produce = _cli("produce", "--kafka-config", nobody, "--topic", topic, "--task-name", "t0", "--task-count", "1",
+                   "--eos", stdin=b'{"n": 1}\n', secret=secured.passwords)
+    assert produce.returncode == 1
+    [line] = _error_lines(produce.stderr)
+    assert "not authorized to" in line and repr(topic) in line and "User:nobody" in line
+    assert end_offsets(pipeline, topic) == {0: 0, 1: 0}  # nothing was written
+
+    consume = _cli("consume", "--kafka-config", nobody, "--topic", topic, "--until-eos", "--timeout", "10",
+                   secret=secured.passwords)
+    assert consume.returncode == 1
+    [line] = _error_lines(consume.stderr)
+    assert "not authorized to describe topic" in line and repr(topic) in line
+
+
+def test_a_plaintext_client_gets_nowhere(secured: Secured) -> None:
+    pipeline = client_config(config_file=secured.properties["pipeline"])
+    topic = _topic("secured-plain")
+    create_topic(pipeline, topic, 1)
+    started = time.monotonic()
+    plain = _cli("consume", "-X", f"bootstrap.servers={secured.bootstrap_servers}", "--topic", topic,
+                 "--until-eos", "--timeout", "3", secret=secured.passwords)
+    took = time.monotonic() - started
+    assert plain.returncode == 1 and plain.stdout == ""
+    [line] = _error_lines(plain.stderr)
+    assert repr(topic) in line and "no answer from" in line and "security.protocol plaintext" in line
+    assert took < 60, f"a plaintext client waited {took:.0f} s"
