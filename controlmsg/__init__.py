@@ -3,12 +3,15 @@
 Layers, each importing only the ones before it:
 
 * :mod:`controlmsg.core`: messages, the envelope codec, per-partition bookkeeping. Pure, no I/O.
-* :mod:`controlmsg.kafka`: the writer, the reader, topic admin and checkpoints, on confluent-kafka.
+* :mod:`controlmsg.kafka`: the writer, the reader, topic admin, checkpoints, commit markers and client
+  settings, on confluent-kafka.
+* :mod:`controlmsg.spark`: the ``controlmsg`` Spark data source (read, readStream, write, writeStream) and
+  session helpers; imports pyspark only when used.
 * :mod:`controlmsg.testing`: tools for tests, demos and benchmarks (a local Kafka without Docker, a Spark
   standalone cluster); not on production paths.
 * :mod:`controlmsg.cli`: the ``controlmsg`` command.
 
-The Spark side lives in the ``spark_jobs`` package.
+The example applications (the jobs and the pipeline) live in the ``spark_jobs`` package.
 """
 
 from controlmsg.core import (
