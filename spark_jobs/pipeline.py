@@ -161,7 +161,10 @@ def _columns(path: Path) -> list[str] | None:
     if lower.endswith(".parquet"):
         import pyarrow.parquet as pq
 
-        return list(pq.read_schema(path).names)
+        try:
+            return list(pq.read_schema(path).names)
+        except Exception:
+            return None
     return None
 
 

@@ -51,16 +51,26 @@ def test_pipeline_of_three_spark_applications(spark: SparkSession, bootstrap_ser
 
 
 def test_pipeline_reports_a_failing_job(bootstrap_servers: str, tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "spark_jobs.pipeline", "windowed-count", "--input", str(tmp_path / "missing.csv"),
-         "--key", "user", "--event-time", "ts", "--window", "1h", "--output", str(tmp_path / "o.csv"),
-         "--bootstrap-servers", bootstrap_servers, "--master", "local[1]", "--timeout", "120",
-         "--run-dir", str(tmp_path / "run")],
-        capture_output=True, text=True, timeout=400, check=False,
-    )
+    def pipeline(source: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "spark_jobs.pipeline", "windowed-count", "--input", str(source),
+             "--key", "user", "--event-time", "ts", "--window", "1h", "--output", str(tmp_path / "o.csv"),
+             "--bootstrap-servers", bootstrap_servers, "--master", "local[1]", "--timeout", "120",
+             "--run-dir", str(tmp_path / "run")],
+            capture_output=True, text=True, timeout=400, check=False,
+        )
+
+    # Found before any Spark application starts: one line, exit 2.
+    missing = pipeline(tmp_path / "missing.csv")
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == f"pipeline: --input {tmp_path / 'missing.csv'}: no such file or directory"
+    # Found only by the ingest job (a Parquet file that is not one): the others are stopped, exit 1.
+    corrupt = tmp_path / "corrupt.parquet"
+    corrupt.write_bytes(b"not parquet at all")
+    done = pipeline(corrupt)
     assert done.returncode == 1
     assert "job ingest failed" in done.stderr
-    assert "missing.csv" in done.stderr
+    assert "corrupt.parquet" in done.stderr
 
 
 @pytest.fixture(scope="module")
