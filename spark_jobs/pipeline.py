@@ -163,7 +163,7 @@ def _columns(path: Path) -> list[str] | None:
 
         try:
             return list(pq.read_schema(path).names)
-        except Exception:
+        except Exception:  # unreadable here: the ingest job reports it in Spark's own words
             return None
     return None
 
