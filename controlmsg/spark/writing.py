@@ -50,7 +50,7 @@ from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
 from controlmsg.core.naming import driver_transactional_id, task_name, transactional_id
 from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import ControlMsgError
-from controlmsg.kafka.admin import create_topic
+from controlmsg.kafka.admin import create_topic, partition_count
 from controlmsg.kafka.markers import MarkerStore, write_control_round
 from controlmsg.kafka.writer import ControlWriter
 from controlmsg.spark.options import WriteOptions
@@ -106,8 +106,6 @@ def _plan(opts: WriteOptions, schema: StructType) -> _Plan:
     if not names:
         raise ValueError("a record value needs at least one column")
     config = dict(opts.config)
-    from controlmsg.kafka.admin import partition_count
-
     have = partition_count(config, opts.topic, opts.timeout)
     if have is None:
         create_topic(config, opts.topic, opts.partitions, replication_factor=opts.replication_factor,
@@ -133,8 +131,8 @@ class BatchWriter(DataSourceArrowWriter):
     """``df.write.format("controlmsg")``: see the module docstring. Created on the driver."""
 
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
+        _refuse_ended(opts)  # before anything is created
         self.plan = _plan(opts, schema)
-        _refuse_ended(opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskCommit:
         return _write_task(self.plan, iterator, batch_id=0, query_id=None, stage=self.at_stage)
@@ -183,8 +181,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("controlmsg")``: see the module docstring. Created on the driver."""
 
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
+        _refuse_ended(opts)  # before anything is created
         self.plan = _plan(opts, schema)
-        _refuse_ended(opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskCommit:
         from pyspark import TaskContext
