@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import orjson
-from common import kafka_cluster
+from common import Cluster, add_cluster_options, kafka_cluster
 
 
 def generate(path: Path, events: int, master: str, keys: int) -> float:
@@ -65,16 +65,17 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=2)
     parser.add_argument("--keys", type=int, default=5000, help="distinct users (skewed)")
     parser.add_argument("--window", default="1h")
+    add_cluster_options(parser)
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     work = Path(tempfile.mkdtemp(prefix="controlmsg-bench-"))
-    with kafka_cluster() as servers:
-        return run(args, work, servers)
+    with kafka_cluster(args) as cluster:
+        return run(args, work, cluster)
 
 
-def run(args: argparse.Namespace, work: Path, servers: str) -> int:
-    """The benchmark proper, against the broker at ``servers``; returns the exit code."""
+def run(args: argparse.Namespace, work: Path, cluster: Cluster) -> int:
+    """The benchmark proper, against ``cluster``; returns the exit code."""
     data = work / "events.parquet"
     gen = generate(data, args.events, args.master, args.keys)
     print(f"generated {args.events:,} events in {gen:.1f} s ({data})")
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace, work: Path, servers: str) -> int:
         [sys.executable, "-m", "spark_jobs.pipeline", "windowed-count", "--input", str(data),
          "--key", "user", "--event-time", "event_time", "--window", args.window,
          "--sum", "amount", "--sum", "items",
-         "--output", str(out), "--bootstrap-servers", servers, "--master", args.master,
+         "--output", str(out), "--kafka-config", str(cluster.properties), "--master", args.master,
          "--partitions", str(args.partitions), "--tasks", str(args.tasks), "--run-dir", str(work / "run"),
          "--timeout", "1800"],
         capture_output=True, text=True, check=False,

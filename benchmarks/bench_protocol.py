@@ -32,7 +32,7 @@ from typing import Any
 
 import confluent_kafka
 import orjson
-from common import kafka_cluster
+from common import add_cluster_options, kafka_cluster
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -145,8 +145,8 @@ def fmt(rate: float) -> str:
 class Topics:
     """Creates fresh topics and deletes them all at the end."""
 
-    def __init__(self, bootstrap: str, partitions: int) -> None:
-        self.conf = {"bootstrap.servers": bootstrap}
+    def __init__(self, config: dict[str, str], partitions: int) -> None:
+        self.conf = dict(config)
         self.partitions = partitions
         self.prefix = f"bench-{uuid.uuid4().hex[:8]}"
         self.created: list[str] = []
@@ -410,6 +410,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4, help="partitions of every topic (default 4)")
     ap.add_argument("--no-gc-freeze", action="store_true",
                     help="leave the benchmark's own record lists in the GC's young generations (see the output)")
+    add_cluster_options(ap)
     args = ap.parse_args()
     n, rounds = args.records, args.rounds
     if n < 2 * WATERMARK_EVERY or rounds < 1 or args.partitions < 1:
@@ -439,11 +440,11 @@ def main() -> None:
     control_rate = max(codec_control(min(n, 100_000)) for _ in range(3))
     print(f"  control messages encode_control+decode: {fmt(control_rate)} msg/s (informational)")
 
-    with kafka_cluster() as bootstrap:
-        topics = Topics(bootstrap, args.partitions)
+    with kafka_cluster(args) as cluster:
+        topics = Topics(cluster.config, args.partitions)
         try:
             # 2. writer ---------------------------------------------------------------------------------
-            pconf = {"bootstrap.servers": bootstrap, "linger.ms": 5, "delivery.report.only.error": True}
+            pconf = {**cluster.config, "linger.ms": 5, "delivery.report.only.error": True}
             print(f"\n[2] writer: {n:,} records + flush, each run into a fresh {args.partitions}-partition topic")
             print(f"  librdkafka config, both: {pconf} (everything else default)")
             print("  controlmsg: ControlWriter.send(v, key); adds on_delivery (called on errors only), a watermark "
@@ -468,7 +469,7 @@ def main() -> None:
             # prefetch queue is over its thresholds; a reader that then drains the queue in under a second sits
             # idle for the rest of it. That random ~1 s stall would swamp a run of a few hundred ms, so both
             # readers get 10 ms (librdkafka's own advice when such stalls show up).
-            rconf = {"bootstrap.servers": bootstrap, "fetch.queue.backoff.ms": 10}
+            rconf = {**cluster.config, "fetch.queue.backoff.ms": 10}
             cconf = {
                 **rconf,
                 "group.id": f"bench-bare-{uuid.uuid4().hex}",

@@ -105,7 +105,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
-from common import kafka_cluster
+from common import Cluster, add_cluster_options, kafka_cluster
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -348,7 +348,7 @@ class Chain:
     """One run of the chain: its topics and how to start its two applications."""
 
     args: argparse.Namespace
-    servers: str
+    cluster: Cluster
     work: Path
     label: str
 
@@ -356,7 +356,7 @@ class Chain:
         self.run_id = f"{self.label}{uuid.uuid4().hex[:8]}"
         self.source = f"{TOPIC_PREFIX}-{self.run_id}-source"
         self.events, self.windows = topic_names(self.run_id, prefix=TOPIC_PREFIX)
-        self.config: dict[str, Any] = {"bootstrap.servers": self.servers}
+        self.config: dict[str, Any] = dict(self.cluster.config)
         self.env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
         self.apps: list[App] = []
         self.admin = AdminClient(self.config)  # one for the run: each one destroyed logs a purge notice
@@ -381,7 +381,7 @@ class Chain:
         return events, windows
 
     def _common(self, job: str) -> list[str]:
-        return ["--bootstrap-servers", self.servers, "--run-id", self.run_id, "--master", self.args.master,
+        return ["--kafka-config", str(self.cluster.properties), "--run-id", self.run_id, "--master", self.args.master,
                 "--summary", str(self.work / f"{self.run_id}-{job}.json")]
 
     def start_window(self) -> App:
@@ -489,7 +489,8 @@ def phase_latency(chain: Chain) -> LatencyResult:
 
         clock0_ms = int(time.time() * 1000)  # the generator's event clock starts here (given as --start)
         gen_argv = [sys.executable, "-m", "spark_jobs.generate", "--topic", chain.source,
-                    "--bootstrap-servers", chain.servers, "--duration", str(a.live_seconds), "--rate", str(a.rate),
+                    "--kafka-config", str(chain.cluster.properties), "--duration", str(a.live_seconds),
+                    "--rate", str(a.rate),
                     "--speedup", str(a.speedup), "--keys", str(a.keys), "--disorder", a.disorder,
                     "--seed", str(a.seed), "--start", datetime.fromtimestamp(clock0_ms / 1000, UTC).isoformat()]
         gen_started = time.monotonic()
@@ -706,6 +707,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--startup-timeout", type=float, default=180.0, help="seconds for an application to start")
     p.add_argument("--throughput-timeout", type=float, default=600.0, help="seconds for phase B's chain to end")
     p.add_argument("--keep-topics", action="store_true", help="do not delete the topics at the end")
+    add_cluster_options(p)
     args = p.parse_args(argv)
     phases = [x.strip() for x in args.phases.split(",") if x.strip()]
     if not phases or any(x not in ("latency", "throughput") for x in phases):
@@ -717,9 +719,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     goal_s = 1.0 + interval_s
 
     work = Path(tempfile.mkdtemp(prefix="controlmsg-bench-streaming-"))
-    with kafka_cluster() as servers:
-        print(f"bench_streaming: {os.cpu_count()} cores (load {load()}), broker {servers}, master {args.master}, "
-              f"{args.partitions} partitions, {args.tasks} tasks per application; logs in {work}")
+    with kafka_cluster(args) as cluster:
+        print(f"bench_streaming: {os.cpu_count()} cores (load {load()}), broker {cluster.servers}, "
+              f"master {args.master}, {args.partitions} partitions, {args.tasks} tasks per application; logs in {work}")
         print(f"windows {args.window}, watermark/commit interval {args.watermark_interval}, disorder "
               f"{args.disorder}, allowed lateness {args.allowed_lateness}, {args.keys} keys", flush=True)
         chains: list[Chain] = []
@@ -727,14 +729,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         thr: ThroughputResult | None = None
         try:
             if "latency" in phases:
-                chain = Chain(args, servers, work, "lat")
+                chain = Chain(args, cluster, work, "lat")
                 chains.append(chain)
                 print(f"\nphase A, latency (run {chain.run_id}): live generator {args.rate:,.0f} ev/s, "
                       f"event time x{args.speedup:g}", flush=True)
                 lat = phase_latency(chain)
                 print_latency(lat, args, interval_s, goal_s)
             if "throughput" in phases:
-                chain = Chain(args, servers, work, "thr")
+                chain = Chain(args, cluster, work, "thr")
                 chains.append(chain)
                 print(f"\nphase B, throughput (run {chain.run_id}): {args.prefill_events:,} events prefilled, "
                       "chain with --until-source-end", flush=True)

@@ -1,4 +1,4 @@
-"""What the benchmark scripts share: the Kafka broker of a run.
+"""What the benchmark scripts share: the Kafka cluster of a run.
 
 Imported by the scripts as a sibling module (``python benchmarks/<script>.py`` puts this directory first
 on ``sys.path``).
@@ -6,6 +6,7 @@ on ``sys.path``).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shutil
@@ -13,7 +14,10 @@ import socket
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+
+from controlmsg.kafka.settings import add_client_options, client_config_from_args
 
 
 def free_port() -> int:
@@ -22,25 +26,62 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@contextlib.contextmanager
-def kafka_cluster() -> Iterator[str]:
-    """``$KAFKA_BOOTSTRAP_SERVERS``, or a local broker started here on a free port for the run (stopped
-    and its data removed on exit). Yields the bootstrap servers; says which on stdout."""
-    given = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
-    if given:
-        print(f"broker: {given} (from $KAFKA_BOOTSTRAP_SERVERS)", flush=True)
-        yield given
-        return
-    from controlmsg.testing.broker import start_broker, stop_broker
+@dataclass(frozen=True)
+class Cluster:
+    """The cluster a benchmark runs against: its client settings, and the same settings in a properties
+    file (0600) for the jobs the benchmark starts, so that no secret is on a command line."""
 
-    data_dir = Path(tempfile.mkdtemp(prefix="controlmsg-bench-broker-"))
+    config: dict[str, str]
+    properties: Path
+
+    @property
+    def servers(self) -> str:
+        return self.config["bootstrap.servers"]
+
+
+def add_cluster_options(parser: argparse.ArgumentParser) -> None:
+    """``--bootstrap-servers``, ``-X key=value`` and ``--kafka-config PATH``, as every controlmsg command."""
+    add_client_options(parser, bootstrap_help="the Kafka cluster (default: bootstrap.servers of -X or "
+                                              "--kafka-config, else $KAFKA_BOOTSTRAP_SERVERS, else a broker "
+                                              "started for the run)")
+
+
+def _given(args: argparse.Namespace) -> bool:
+    if args.bootstrap_servers or args.kafka_config or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
+        return True
+    return any(s.partition("=")[0].strip() == "bootstrap.servers" for s in args.kafka_settings)
+
+
+@contextlib.contextmanager
+def kafka_cluster(args: argparse.Namespace) -> Iterator[Cluster]:
+    """The cluster the options (or ``$KAFKA_BOOTSTRAP_SERVERS``) name, resolved as every controlmsg command
+    does; without one, a local broker started here on a free port for the run (stopped and its data
+    removed on exit). Says which on stdout."""
+    work = Path(tempfile.mkdtemp(prefix="controlmsg-bench-kafka-"))
     try:
+        if _given(args):
+            config = client_config_from_args(args)
+            print(f"broker: {config['bootstrap.servers']} (given)", flush=True)
+            yield Cluster(config, _properties(config, work))
+            return
+        from controlmsg.testing.broker import start_broker, stop_broker
+
+        data_dir = work / "broker"
         started = time.monotonic()
         handle = start_broker(port=free_port(), data_dir=data_dir)
         print(f"broker: started {handle.bootstrap_servers} ({time.monotonic() - started:.1f} s)", flush=True)
         try:
-            yield handle.bootstrap_servers
+            config = {"bootstrap.servers": handle.bootstrap_servers}
+            yield Cluster(config, _properties(config, work))
         finally:
             stop_broker(data_dir)
     finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _properties(config: dict[str, str], directory: Path) -> Path:
+    path = directory / "kafka.properties"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.writelines(f"{key}={value}\n" for key, value in config.items())
+    return path
