@@ -171,3 +171,15 @@ def test_spark_finds_the_source_by_itself() -> None:
     assert "pyspark_controlmsg" in {m.name for m in pkgutil.iter_modules()}
     assert pyspark_controlmsg.DefaultSource is ControlMsgDataSource
     assert ControlMsgDataSource.name() == "controlmsg"
+
+
+def test_secret_options_stay_out_of_the_query_plan(spark: SparkSession, bootstrap_servers: str,
+                                                   new_topic: Callable[..., str]) -> None:
+    """What the Spark UI and the event log show of a query is its plan: it must not carry the passwords a
+    user gives as ``kafka.*`` options."""
+    topic = new_topic(1)
+    df = (spark.read.format("controlmsg").options(**options(topic, bootstrap_servers))
+          .option("kafka.sasl.password", "S3CRET-xyz").option("kafka.ssl.key.password", "K3Y-xyz").load())
+    plans = df._jdf.queryExecution().toString()
+    assert "controlmsg" in plans
+    assert "S3CRET-xyz" not in plans and "K3Y-xyz" not in plans
