@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from controlmsg.kafka.settings import add_client_options, client_config_from_args
+from controlmsg.kafka.settings import add_client_options, client_config_from_args, write_properties
 
 
 def free_port() -> int:
@@ -62,7 +62,7 @@ def kafka_cluster(args: argparse.Namespace) -> Iterator[Cluster]:
         if _given(args):
             config = client_config_from_args(args)
             print(f"broker: {config['bootstrap.servers']} (given)", flush=True)
-            yield Cluster(config, _properties(config, work))
+            yield Cluster(config, write_properties(config, work / "kafka.properties"))
             return
         from controlmsg.testing.broker import start_broker, stop_broker
 
@@ -72,16 +72,9 @@ def kafka_cluster(args: argparse.Namespace) -> Iterator[Cluster]:
         print(f"broker: started {handle.bootstrap_servers} ({time.monotonic() - started:.1f} s)", flush=True)
         try:
             config = {"bootstrap.servers": handle.bootstrap_servers}
-            yield Cluster(config, _properties(config, work))
+            yield Cluster(config, write_properties(config, work / "kafka.properties"))
         finally:
             stop_broker(data_dir)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-
-def _properties(config: dict[str, str], directory: Path) -> Path:
-    path = directory / "kafka.properties"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.writelines(f"{key}={value}\n" for key, value in config.items())
-    return path

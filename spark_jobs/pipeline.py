@@ -28,7 +28,7 @@ from typing import IO, Any
 
 import orjson
 
-from controlmsg.kafka.settings import add_client_options
+from controlmsg.kafka.settings import add_client_options, write_properties
 from spark_jobs.common import topic_names
 
 __all__ = ["main"]
@@ -81,13 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _write_client_config(config: dict[str, str], run_dir: Path) -> Path:
     """The resolved client settings, for the jobs, in a file only this user can read: settings may hold
     secrets, which must not show on a command line (``ps``). Removed when the pipeline ends."""
-    path = run_dir / "kafka.properties"
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write("# the Kafka client settings of this pipeline run (removed when it ends)\n")
-        out.writelines(f"{key}={value}\n" for key, value in config.items())
-    return path
+    return write_properties(config, run_dir / "kafka.properties",
+                            "the Kafka client settings of this pipeline run (removed when it ends)")
 
 
 def _pump(stream: IO[bytes], log: IO[bytes], echo: bool) -> None:

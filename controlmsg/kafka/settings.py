@@ -40,6 +40,7 @@ __all__ = [
     "parse_settings",
     "read_properties",
     "resolve_bootstrap_servers",
+    "write_properties",
 ]
 
 # The settings librdkafka defines for one kind of client only (its CONFIGURATION.md, column C/P), and the
@@ -93,6 +94,19 @@ def read_properties(path: str | Path) -> dict[str, str]:
             raise ConfigError(f"{source}:{number}: expected key=value, got {line[:40]!r}")
         settings[line[:cut].strip()] = line[cut + 1:].strip()
     return settings
+
+
+def write_properties(config: Mapping[str, str], path: str | Path, comment: str | None = None) -> Path:
+    """Write ``config`` as a client properties file that only this user can read (mode 0600, created anew:
+    settings may hold secrets), in the format :func:`read_properties` reads. Returns the path."""
+    target = Path(path)
+    target.unlink(missing_ok=True)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        if comment:
+            out.write(f"# {comment}\n")
+        out.writelines(f"{key}={value}\n" for key, value in config.items())
+    return target
 
 
 def parse_settings(pairs: Sequence[str]) -> dict[str, str]:

@@ -97,3 +97,16 @@ def test_each_client_gets_everything_but_the_other_kinds_settings() -> None:
     assert for_client(config, "consumer") == {k: v for k, v in config.items() if k != "linger.ms"}
     assert for_client(config, "admin") == {k: v for k, v in config.items()
                                            if k not in ("linger.ms", "isolation.level")}
+
+
+def test_written_properties_read_back_and_stay_private(tmp_path: Path) -> None:
+    import stat
+
+    from controlmsg.kafka.settings import read_properties, write_properties
+
+    config = {"bootstrap.servers": "b:1", "sasl.password": "p=ss:w#rd"}
+    path = write_properties(config, tmp_path / "k.properties", "a run's settings")
+    assert read_properties(path) == config
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    write_properties({"bootstrap.servers": "c:2"}, path)  # written anew
+    assert read_properties(path) == {"bootstrap.servers": "c:2"}
