@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import orjson
@@ -28,7 +28,7 @@ from controlmsg.kafka.retry import is_retriable
 from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import HEADER_RUN, HEADER_TASK, produce_waiting
 
-__all__ = ["MarkerStore", "TransactionalProducer", "write_control_round"]
+__all__ = ["MarkerStore", "Round", "TransactionalProducer", "write_control_round"]
 
 
 class TransactionalProducer(Protocol):
@@ -95,25 +95,28 @@ class MarkerStore:
         self.close()
 
 
+Round = tuple[Sequence[ControlMessage], Mapping[str, Any]]
+"""The control messages to write, and the marker to commit with them."""
+
+
 def write_control_round(
     config: Mapping[str, Any],
     topic: str,
     partitions: int,
-    messages: Sequence[ControlMessage],
+    plan: Callable[[dict[str, Any] | None], Round | None],
     *,
     transactional_id: str,
-    marker: Mapping[str, Any],
-    skip_if: Any = None,
     timeout: float = 60.0,
 ) -> dict[str, Any] | None:
-    """Write each of ``messages`` to every partition of ``topic`` and commit them in ONE transaction
-    together with ``marker`` (in the group ``transactional_id``): all or nothing, exactly once.
+    """Write a round of control messages, each to every partition of ``topic``, and commit them in ONE
+    transaction with their marker (in the group ``transactional_id``): all or nothing, exactly once.
 
-    Before writing, the transaction is initialised (fencing an older writer with the same id) and the
-    committed marker is read; if ``skip_if(committed_marker)`` is true, nothing is written and the
-    committed marker is returned. Otherwise returns ``None`` after the commit. Raises
-    :class:`DeliveryError`. Used by the driver of a Spark write, which writes control messages on behalf
-    of its tasks (see :mod:`controlmsg.spark.writing`).
+    The transaction is initialised first (fencing an older writer with the same id, finishing its
+    transaction), then the committed marker is read and ``plan(committed)`` decides from it: the messages
+    and the new marker, or ``None`` to write nothing (a round already done); it may raise to refuse.
+    Returns the committed marker when nothing was written, else ``None``. Raises :class:`DeliveryError`.
+    Used by the driver of a Spark write, which writes control messages on behalf of its tasks (see
+    :mod:`controlmsg.spark.writing`).
     """
     producer = Producer({**for_client(config, "producer"), "transactional.id": transactional_id})
     with MarkerStore(config, transactional_id, topic, timeout) as store:
@@ -122,8 +125,10 @@ def write_control_round(
         except KafkaException as exc:
             raise DeliveryError(f"cannot start transactions on topic {topic!r}: {exc.args[0]}") from exc
         committed = store.load()
-        if committed is not None and skip_if is not None and skip_if(committed):
+        decided = plan(committed)
+        if decided is None:
             return committed
+        messages, marker = decided
         try:
             producer.begin_transaction()
             for message in messages:

@@ -51,7 +51,7 @@ from controlmsg.core.naming import driver_transactional_id, task_name, transacti
 from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import ControlMsgError
 from controlmsg.kafka.admin import create_topic, partition_count
-from controlmsg.kafka.markers import MarkerStore, write_control_round
+from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
 from controlmsg.kafka.writer import ControlWriter
 from controlmsg.spark.options import WriteOptions
 from controlmsg.spark.progress import Progress
@@ -150,9 +150,13 @@ class BatchWriter(DataSourceArrowWriter):
         ends = [EndOfStreamMessage(task_name(opts.job, opts.run_id, i), n, opts.run_id) for i in range(n)]
         rows = sum(c.rows for c in commits)
         marker = {"ended": True, "taskCount": n, "rows": rows, "maxEventTime": _max_time(commits)}
-        done = write_control_round(dict(opts.config), opts.topic, self.plan.partitions, ends,
+
+        def plan(committed: dict[str, Any] | None) -> Round | None:
+            return None if committed is not None and committed.get("ended") else (ends, marker)
+
+        done = write_control_round(dict(opts.config), opts.topic, self.plan.partitions, plan,
                                    transactional_id=driver_transactional_id(opts.topic, opts.job, opts.run_id),
-                                   marker=marker, skip_if=lambda m: bool(m.get("ended")), timeout=opts.timeout)
+                                   timeout=opts.timeout)
         if done is not None and done.get("taskCount") != n:
             raise ControlMsgError(f"topic {opts.topic!r}: run {opts.run_id!r} had already ended with "
                                   f"{done.get('taskCount')} tasks, this write has {n}; use a new runId")
@@ -203,28 +207,27 @@ class StreamWriter(DataSourceStreamArrowWriter):
         commits = _task_commits(opts, messages)
         n = len(commits)
         query = commits[0].query_id
-        group = driver_transactional_id(opts.topic, opts.job, opts.run_id)
-        with MarkerStore(dict(opts.config), group, opts.topic, opts.timeout) as store:
-            before = store.load()
-        previous: int | None = None
-        if before is not None:
-            _check_same_stream(opts, before, n, query)
-            previous = before.get("watermark")
         top = _max_time(commits)
-        mark = previous
-        if top is not None:
-            candidate = WatermarkPolicy(opts.allowed_lateness_ms).watermark_for(top)
-            mark = candidate if previous is None else max(previous, candidate)
-        messages_out = ([] if mark is None or mark == previous else
-                        [WatermarkMessage(task_name(opts.job, opts.run_id, i), n, mark, opts.run_id) for i in range(n)])
-        marker = {"batch": batchId, "taskCount": n, "watermark": mark, "queryId": query}
 
-        def done(committed: dict[str, Any]) -> bool:
-            _check_same_stream(opts, committed, n, query)
-            return int(committed.get("batch", -1)) >= batchId
+        def plan(committed: dict[str, Any] | None) -> Round | None:
+            """Decided after fencing, from what the last driver committed: its watermark is the floor."""
+            previous: int | None = None
+            if committed is not None:
+                _check_same_stream(opts, committed, n, query)
+                if int(committed.get("batch", -1)) >= batchId:
+                    return None  # a replayed micro-batch: its round is in
+                previous = committed.get("watermark")
+            mark = previous
+            if top is not None:
+                candidate = WatermarkPolicy(opts.allowed_lateness_ms).watermark_for(top)
+                mark = candidate if previous is None else max(previous, candidate)
+            marks = ([] if mark is None or mark == previous else
+                     [WatermarkMessage(task_name(opts.job, opts.run_id, i), n, mark, opts.run_id) for i in range(n)])
+            return marks, {"batch": batchId, "taskCount": n, "watermark": mark, "queryId": query}
 
-        write_control_round(dict(opts.config), opts.topic, self.plan.partitions, messages_out,
-                            transactional_id=group, marker=marker, skip_if=done, timeout=opts.timeout)
+        write_control_round(dict(opts.config), opts.topic, self.plan.partitions, plan,
+                            transactional_id=driver_transactional_id(opts.topic, opts.job, opts.run_id),
+                            timeout=opts.timeout)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         pass
@@ -254,21 +257,25 @@ def end_stream(options: Mapping[str, str]) -> int:
     from controlmsg.kafka.admin import wait_for_topic
 
     opts = WriteOptions.parse(options)
-    marker = run_status(opts)
-    if marker is None:
-        raise ControlMsgError(f"topic {opts.topic!r}: no micro-batch of run {opts.run_id!r} (job {opts.job!r}) "
-                              "was committed, so its task count is unknown and there is no stream to end")
-    n = int(marker["taskCount"])
-    if marker.get("ended"):
-        return n
     config = dict(opts.config)
     partitions = wait_for_topic(config, opts.topic, opts.timeout)
-    ends = [EndOfStreamMessage(task_name(opts.job, opts.run_id, i), n, opts.run_id) for i in range(n)]
-    write_control_round(config, opts.topic, partitions, ends,
+    counted: list[int] = []
+
+    def plan(committed: dict[str, Any] | None) -> Round | None:
+        if committed is None:
+            raise ControlMsgError(f"topic {opts.topic!r}: no micro-batch of run {opts.run_id!r} (job {opts.job!r}) "
+                                  "was committed, so its task count is unknown and there is no stream to end")
+        n = int(committed["taskCount"])
+        counted.append(n)
+        if committed.get("ended"):
+            return None
+        ends = [EndOfStreamMessage(task_name(opts.job, opts.run_id, i), n, opts.run_id) for i in range(n)]
+        return ends, {**committed, "ended": True}
+
+    write_control_round(config, opts.topic, partitions, plan,
                         transactional_id=driver_transactional_id(opts.topic, opts.job, opts.run_id),
-                        marker={**marker, "ended": True}, skip_if=lambda m: bool(m.get("ended")),
                         timeout=opts.timeout)
-    return n
+    return counted[0]
 
 
 def run_status(options: WriteOptions | Mapping[str, str]) -> dict[str, Any] | None:

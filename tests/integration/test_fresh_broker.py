@@ -32,8 +32,8 @@ def test_markers_and_transactions_right_after_the_broker_starts(tmp_path: Path) 
         with MarkerStore(config, "controlmsg-fresh-group", "fresh") as store:
             assert store.load() is None  # the first lookup of a group: the coordinator is still loading
         ends = [EndOfStreamMessage(f"t-r-p{i}", 2, "r") for i in range(2)]
-        assert write_control_round(config, "fresh", 2, ends, transactional_id="controlmsg-fresh-driver",
-                                   marker={"ended": True}) is None
+        assert write_control_round(config, "fresh", 2, lambda committed: (ends, {"ended": True}),
+                                   transactional_id="controlmsg-fresh-driver") is None
         with MarkerStore(config, "controlmsg-fresh-driver", "fresh") as store:
             assert store.load() == {"ended": True}
         with ControlReader(config, "fresh", run_id="r") as reader:
