@@ -36,17 +36,30 @@ import logging
 import os
 import shlex
 import shutil
-import signal
 import socket
-import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from controlmsg.errors import BrokerError
 from controlmsg.testing import security as sec
+from controlmsg.testing.processes import (
+    OUTPUT_TAIL_LINES,
+    file_lock,
+    is_process_of,
+    java_executable,
+    log_tail,
+    pid_alive,
+    port_free,
+    run_tool,
+    spawn_detached,
+    tail_section,
+    tcp_accepts,
+    terminate,
+    write_text_atomic,
+)
 from controlmsg.testing.security import Security
 
 __all__ = [
@@ -82,9 +95,6 @@ _CACHE_ENV = "CONTROLMSG_CACHE_DIR"
 _BROKER_DIR_ENV = "CONTROLMSG_BROKER_DIR"
 
 _MVN_TIMEOUT = 900.0
-_KILL_WAIT = 10.0
-_LOG_TAIL_LINES = 30
-_OUTPUT_TAIL_LINES = 30
 _OPENSSL_TIMEOUT = 60.0
 _ACL_TIMEOUT = 30.0
 
@@ -99,8 +109,6 @@ _STORAGE_DIR = "logs"
 _STORAGE_SECURITY_FILE = "storage.security"
 
 _logger = logging.getLogger(__name__)
-
-
 
 
 @dataclass(frozen=True)
@@ -239,7 +247,7 @@ def ensure_kafka_libs(cache_dir: Path | None = None) -> Path:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise BrokerError(f"cannot create the Kafka cache directory {root}: {exc}") from exc
-    with _file_lock(root / ".fetch.lock"):
+    with file_lock(root / ".fetch.lock"):
         if _libs_complete(libs, marker, digest):
             return libs
         mvn = shutil.which("mvn")
@@ -273,7 +281,7 @@ def ensure_kafka_libs(cache_dir: Path | None = None) -> Path:
         if not kafka_jar.is_file():
             raise BrokerError(
                 f"`{shlex.join(cmd)}` succeeded but {kafka_jar.name} is missing from {partial}"
-                + _tail_section("output", output, _OUTPUT_TAIL_LINES)
+                + tail_section("output", output, OUTPUT_TAIL_LINES)
             )
         try:
             shutil.rmtree(libs, ignore_errors=True)
@@ -348,7 +356,7 @@ def start_broker(port: int = 9092, data_dir: Path | None = None, timeout: float 
     except OSError as exc:
         raise BrokerError(f"cannot create the broker directory {ddir}: {exc}") from exc
 
-    with _file_lock(ddir / _LOCK_FILE):
+    with file_lock(ddir / _LOCK_FILE):
         existing = _recorded_broker(ddir)
         if existing is not None:
             handle, recorded_port = existing
@@ -371,10 +379,10 @@ def start_broker(port: int = 9092, data_dir: Path | None = None, timeout: float 
         _kill_orphan(ddir)
 
         libs = ensure_kafka_libs()
-        java = _java_executable()
+        java = java_executable()
         deadline = time.monotonic() + timeout
 
-        if not _port_free(port):
+        if not port_free(port):
             raise BrokerError(
                 f"port {port} on {_HOST} is already in use by another process "
                 f"(not a broker recorded in {ddir}); choose another port or stop "
@@ -400,25 +408,25 @@ def start_broker(port: int = 9092, data_dir: Path | None = None, timeout: float 
             ca = sec.make_certificates(ddir, lambda cmd, what: _run_tool(cmd, what, _OPENSSL_TIMEOUT))
             listeners = sec.server_listener_properties(ddir, port, controller_port, found, _HOST)
             client_properties = sec.write_client_properties(ddir, bootstrap, found, ca)
-        _write_text_atomic(props, _server_properties(ddir, controller_port, listeners), private=found is not None)
-        _write_text_atomic(log4j, _LOG4J2_PROPERTIES)
+        write_text_atomic(props, _server_properties(ddir, controller_port, listeners), private=found is not None)
+        write_text_atomic(log4j, _LOG4J2_PROPERTIES)
         jvm_opts = [f"-Dlog4j2.configurationFile={log4j}", "-cp", str(libs / "*")]
 
         if not formatted:
             _format_storage([java, *jvm_opts], props, deadline, found)
             if found is not None:
-                _write_text_atomic(ddir / _STORAGE_SECURITY_FILE, f"{security}\n")
+                write_text_atomic(ddir / _STORAGE_SECURITY_FILE, f"{security}\n")
             else:
                 (ddir / _STORAGE_SECURITY_FILE).unlink(missing_ok=True)
 
         with contextlib.suppress(FileNotFoundError):
             log_path.replace(ddir / (_LOG_FILE + ".1"))  # keep the previous run's log
         argv = [java, _JVM_HEAP, *jvm_opts, "kafka.Kafka", str(props)]
-        pid = _spawn_detached(argv, log_path)
+        pid = spawn_detached(argv, log_path)
         handle = BrokerHandle(bootstrap_servers=bootstrap, pid=pid, data_dir=ddir, log_path=log_path,
                               security=security, client_properties=client_properties)
         try:
-            _write_text_atomic(ddir / _PID_FILE, f"{pid}\n")
+            write_text_atomic(ddir / _PID_FILE, f"{pid}\n")
             record = {
                 "bootstrap_servers": bootstrap,
                 "pid": pid,
@@ -428,7 +436,7 @@ def start_broker(port: int = 9092, data_dir: Path | None = None, timeout: float 
                 "security": security,
                 "client_properties": {user: str(path) for user, path in client_properties.items()},
             }
-            _write_text_atomic(ddir / _JSON_FILE, json.dumps(record, indent=2) + "\n")
+            write_text_atomic(ddir / _JSON_FILE, json.dumps(record, indent=2) + "\n")
             _logger.info("started broker pid %d at %s", pid, bootstrap)
         except BaseException:
             _terminate(pid, ddir, 5.0)
@@ -460,7 +468,7 @@ def stop_broker(data_dir: Path | None = None, timeout: float = 30.0) -> bool:
     ddir = _resolve_dir(data_dir, default_data_dir())
     if not ddir.is_dir():
         return False
-    with _file_lock(ddir / _LOCK_FILE):
+    with file_lock(ddir / _LOCK_FILE):
         pid = _read_pid(ddir)
         stopped = False
         if pid is not None and _is_our_broker(pid, ddir):
@@ -542,35 +550,6 @@ auto.create.topics.enable=false
 """
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive advisory lock on ``path`` (created if missing); blocks."""
-    import fcntl  # POSIX only; imported here so the module imports anywhere.
-
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise BrokerError(f"cannot open lock file {path}: {exc}") from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
-
-
-def _write_text_atomic(path: Path, text: str, *, private: bool = False) -> None:
-    """Replace ``path`` with ``text``; ``private``: readable by the owner only (0600) from the start."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.unlink(missing_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        tmp.replace(path)
-    except OSError as exc:
-        raise BrokerError(f"cannot write {path}: {exc}") from exc
-
-
 def _storage_security(data_dir: Path) -> Security:
     """The mode the storage of ``data_dir`` was formatted in (no marker: plaintext, as before markers)."""
     try:
@@ -580,62 +559,8 @@ def _storage_security(data_dir: Path) -> Security:
     return "sasl-ssl" if text == "sasl-ssl" else "plaintext"
 
 
-def _as_text(data: str | bytes | None) -> str:
-    if data is None:
-        return ""
-    if isinstance(data, bytes):
-        return data.decode("utf-8", errors="replace")
-    return data
-
-
-def _tail_section(label: str, text: str, lines: int) -> str:
-    tail = text.rstrip().splitlines()[-lines:]
-    if not tail:
-        return f" ({label} is empty)"
-    return f"; last {len(tail)} lines of {label}:\n" + "\n".join(tail)
-
-
-def _log_tail(log_path: Path) -> str:
-    try:
-        with log_path.open("rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 64 * 1024))
-            data = fh.read()
-    except OSError:
-        return f" ({log_path} is missing)"
-    return _tail_section(str(log_path), _as_text(data), _LOG_TAIL_LINES)
-
-
-def _java_executable() -> str:
-    java_home = os.environ.get("JAVA_HOME", "").strip()
-    if java_home:
-        candidate = Path(java_home).expanduser() / "bin" / "java"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-        raise BrokerError(
-            f"JAVA_HOME is set to {java_home!r} but {candidate} is not an "
-            "executable; fix or unset JAVA_HOME (Java 17+ is required)"
-        )
-    java = shutil.which("java")
-    if java is None:
-        raise BrokerError("`java` is not on PATH and JAVA_HOME is not set; the Kafka broker needs Java 17 or newer")
-    return java
-
-
-def _port_free(port: int) -> bool:
-    """True if ``127.0.0.1:port`` can be bound (as a listening server would)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # Like the JVM on POSIX: ignore TIME_WAIT leftovers, not live listeners.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((_HOST, port))
-        except OSError:
-            return False
-    return True
-
-
 def _pick_controller_port(port: int) -> int:
-    if _port_free(port + 1):
+    if port_free(port + 1):
         return port + 1
     for _ in range(20):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -683,138 +608,16 @@ def _run_tool(cmd: Sequence[str], what: str, timeout: float, cwd: Path | None = 
     and the tail of its output when it cannot run, times out or fails; the ``hidden`` strings (passwords)
     appear as ``***`` in the message."""
     try:
-        return _run_tool_unredacted(cmd, what, timeout, cwd)
+        return run_tool(cmd, what, timeout, cwd)
     except BrokerError as exc:
         if not hidden:
             raise
         raise BrokerError(sec.redact(str(exc), hidden)) from None
 
 
-def _run_tool_unredacted(cmd: Sequence[str], what: str, timeout: float, cwd: Path | None) -> str:
-    shown = shlex.join(cmd)
-    try:
-        proc = subprocess.run(
-            list(cmd),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise BrokerError(
-            f"{what}: `{shown}` did not finish within {timeout:.0f} s"
-            + _tail_section("output", _as_text(exc.output), _OUTPUT_TAIL_LINES)
-        ) from exc
-    except OSError as exc:
-        raise BrokerError(f"{what}: cannot run `{shown}`: {exc}") from exc
-    if proc.returncode != 0:
-        raise BrokerError(
-            f"{what} failed (exit code {proc.returncode}): `{shown}`"
-            + _tail_section("output", proc.stdout, _OUTPUT_TAIL_LINES)
-        )
-    return proc.stdout
-
-
-def _spawn_detached(argv: Sequence[str], log_path: Path) -> int:
-    """Start ``argv`` in a new session, output appended to ``log_path``; no wait."""
-    file_actions = [
-        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-        (
-            os.POSIX_SPAWN_OPEN,
-            1,
-            str(log_path),
-            os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-            0o644,
-        ),
-        (os.POSIX_SPAWN_DUP2, 1, 2),
-    ]
-    # Python ignores SIGPIPE/SIGXFSZ and callers may ignore others; an ignored
-    # SIGTERM would be inherited and make the JVM skip its clean shutdown hook.
-    reset = {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGHUP, signal.SIGINT}
-    reset.add(signal.SIGTERM)
-    try:
-        return os.posix_spawn(
-            argv[0],
-            list(argv),
-            dict(os.environ),
-            file_actions=file_actions,
-            setsid=True,
-            setsigmask=(),
-            setsigdef=reset,
-        )
-    except OSError as exc:
-        raise BrokerError(f"cannot start `{shlex.join(argv)}`: {exc}") from exc
-
-
-def _pid_alive(pid: int) -> bool:
-    """True if ``pid`` is a live (non-zombie) process; reaps it if it is our child."""
-
-    def reaped() -> bool:
-        try:
-            return os.waitpid(pid, os.WNOHANG)[0] == pid
-        except ChildProcessError:  # not our child (or already reaped)
-            return False
-
-    if reaped():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-    if stat.rpartition(")")[2].split()[:1] == ["Z"]:
-        reaped()  # it may have died just after the first check
-        return False
-    return True
-
-
-def _cmdline(pid: int) -> str | None:
-    """The command line of ``pid`` ("" if it is gone), or None if it cannot be told."""
-    proc_dir = Path("/proc")
-    if proc_dir.is_dir():
-        try:
-            raw = (proc_dir / str(pid) / "cmdline").read_bytes()
-        except FileNotFoundError:
-            return ""
-        except OSError:
-            return None
-        return raw.replace(b"\0", b" ").decode("utf-8", errors="replace")
-    try:
-        out = subprocess.run(
-            ["ps", "-o", "command=", "-p", str(pid)],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip()
-
-
 def _is_our_broker(pid: int, data_dir: Path) -> bool:
     """True if ``pid`` is alive and (as far as can be told) runs this dir's broker."""
-    if pid <= 0 or not _pid_alive(pid):
-        return False
-    cmdline = _cmdline(pid)
-    if cmdline is None:
-        return True
-    if "kafka.Kafka" in cmdline and str(data_dir / _PROPS_FILE) in cmdline:
-        return True
-    _pid_alive(pid)  # a zombie has an empty command line: reap it if it is our child
-    return False
+    return is_process_of(pid, "kafka.Kafka", str(data_dir / _PROPS_FILE))
 
 
 def _read_pid(data_dir: Path) -> int | None:
@@ -871,32 +674,10 @@ def _remove_record(data_dir: Path) -> None:
         (data_dir / name).unlink(missing_ok=True)
 
 
-def _wait_gone(pid: int, data_dir: Path, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while _is_our_broker(pid, data_dir):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
 def _terminate(pid: int, data_dir: Path, timeout: float) -> None:
-    """SIGTERM ``data_dir``'s broker ``pid``, wait ``timeout`` s, then SIGKILL it.
-
-    Signals are only sent while ``pid`` still is that broker (pid reuse).
-    Raises BrokerError if it survives SIGKILL.
-    """
-    if not _is_our_broker(pid, data_dir):
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    if _wait_gone(pid, data_dir, timeout):
-        return
-    _logger.warning("broker pid %d ignored SIGTERM for %.0f s; killing it", pid, timeout)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    if not _wait_gone(pid, data_dir, _KILL_WAIT):
-        raise BrokerError(f"broker process {pid} is still alive after SIGKILL")
+    """SIGTERM ``data_dir``'s broker ``pid``, wait ``timeout`` s, then SIGKILL it (only while ``pid`` still
+    is that broker). Raises BrokerError if it survives SIGKILL."""
+    terminate(pid, ("kafka.Kafka", str(data_dir / _PROPS_FILE)), timeout, what="broker process")
 
 
 def _serve_or_kill(handle: BrokerHandle, deadline: float) -> None:
@@ -917,25 +698,17 @@ def _wait_until_serving(handle: BrokerHandle, deadline: float) -> None:
     host, _, port_text = handle.bootstrap_servers.rpartition(":")
     port = int(port_text)
     while True:
-        if not _pid_alive(handle.pid):
-            raise BrokerError(f"the Kafka broker (pid {handle.pid}) exited during startup" + _log_tail(handle.log_path))
+        if not pid_alive(handle.pid):
+            raise BrokerError(f"the Kafka broker (pid {handle.pid}) exited during startup" + log_tail(handle.log_path))
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise BrokerError(
                 f"the Kafka broker at {handle.bootstrap_servers} (pid {handle.pid}) "
-                "did not serve in time; it was killed" + _log_tail(handle.log_path)
+                "did not serve in time; it was killed" + log_tail(handle.log_path)
             )
-        if _tcp_accepts(host, port) and _answers_metadata(handle, min(5.0, remaining)):
+        if tcp_accepts(host, port) and _answers_metadata(handle, min(5.0, remaining)):
             return
         time.sleep(0.2)
-
-
-def _tcp_accepts(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 def _admin_settings(handle: BrokerHandle) -> dict[str, Any]:
@@ -962,7 +735,7 @@ def _grant_pipeline_acls(handle: BrokerHandle) -> None:
             reason = exc.args[0] if isinstance(exc, KafkaException) else f"no answer within {_ACL_TIMEOUT:.0f} s"
             raise BrokerError(
                 f"the broker at {handle.bootstrap_servers} did not create the ACL {binding}: {reason}"
-                + _log_tail(handle.log_path)
+                + log_tail(handle.log_path)
             ) from exc
 
 
