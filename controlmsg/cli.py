@@ -22,6 +22,7 @@ import orjson
 from controlmsg.core.bookkeeping import PartitionEnded, PartitionStatus, StreamEnded, WatermarkAdvanced
 from controlmsg.core.messages import MAX_TIMESTAMP
 from controlmsg.errors import ControlMsgError, ProtocolError
+from controlmsg.kafka.admin import add_topic_options, create_topic, topic_settings_from_args
 from controlmsg.kafka.reader import DataRecord, Item
 from controlmsg.kafka.settings import add_client_options, client_config_from_args
 
@@ -47,9 +48,14 @@ def _bootstrap(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
-    from controlmsg.testing import broker
+    from controlmsg.testing import broker, kraft_cluster
 
     data_dir = Path(args.data_dir) if args.data_dir else None
+    if args.brokers > 1 or kraft_cluster.is_cluster_dir(data_dir):
+        return _cluster(args, data_dir)
+    if args.brokers < 1:
+        print("--brokers must be at least 1", file=sys.stderr)
+        return EXIT_ERROR
     if args.action == "start":
         handle = broker.start_broker(port=args.port, data_dir=data_dir, security=args.security)
         print(handle.bootstrap_servers)
@@ -69,6 +75,41 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cluster(args: argparse.Namespace, data_dir: Path | None) -> int:
+    """``broker start|stop|status`` of a local multi-node cluster (see :mod:`controlmsg.testing.kraft_cluster`)."""
+    from controlmsg.testing import kraft_cluster
+
+    if args.security != "plaintext":
+        print("--security sasl-ssl takes a single broker (--brokers 1); the local cluster is plaintext",
+              file=sys.stderr)
+        return EXIT_ERROR
+    if args.action == "start":
+        if args.brokers < 2:
+            status = kraft_cluster.cluster_status(data_dir)
+            args.brokers = len(status.nodes) if status is not None else 3
+        cluster = kraft_cluster.start_kafka_cluster(args.brokers, port=args.port, data_dir=data_dir)
+        print(cluster.bootstrap_servers)
+        for node in cluster.nodes:
+            print(f"node {node.node_id}: {node.address} pid {node.pid}, log {node.log_path}", file=sys.stderr)
+        print(f"{len(cluster.nodes)} nodes, replication factor {min(3, len(cluster.nodes))}, min.insync.replicas "
+              f"{min(2, len(cluster.nodes))}; data in {cluster.data_dir}", file=sys.stderr)
+        return EXIT_OK
+    if args.action == "stop":
+        stopped = kraft_cluster.stop_kafka_cluster(data_dir)
+        print(f"stopped {stopped} node(s)" if stopped else "no node was running", file=sys.stderr)
+        return EXIT_OK
+    status = kraft_cluster.cluster_status(data_dir)
+    running = [] if status is None else [n for n in status.nodes if n.pid is not None]
+    if status is None or not running:
+        print("no cluster running", file=sys.stderr)
+        return EXIT_ERROR
+    print(",".join(n.address for n in running))
+    down = [str(n.node_id) for n in status.nodes if n.pid is None]
+    if down:
+        print(f"node(s) {', '.join(down)} of {len(status.nodes)} are down", file=sys.stderr)
+    return EXIT_OK
+
+
 def _print_client_properties(handle: BrokerHandle) -> None:
     """Secured: where the pipeline user's client settings are (stderr; the paths only, never a secret)."""
     pipeline = handle.client_properties.get("pipeline")
@@ -81,9 +122,10 @@ def _print_client_properties(handle: BrokerHandle) -> None:
 
 
 def _cmd_create_topic(args: argparse.Namespace) -> int:
-    from controlmsg.kafka.admin import create_topic
 
-    create_topic(_bootstrap(args), args.topic, args.partitions)
+    topics = topic_settings_from_args(args)
+    create_topic(_bootstrap(args), args.topic, args.partitions, replication_factor=topics.replication_factor,
+                 topic_config=topics.config)
     print(f"topic {args.topic!r} has {args.partitions} partitions", file=sys.stderr)
     return EXIT_OK
 
@@ -96,8 +138,6 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 
     conf = _bootstrap(args)
     if args.partitions:
-        from controlmsg.kafka.admin import create_topic
-
         create_topic(conf, args.topic, args.partitions)
     sent = 0
     with ControlWriter(
@@ -340,9 +380,12 @@ def build_parser() -> argparse.ArgumentParser:
         add_client_options(p)
         p.add_argument("--topic", required=True)
 
-    b = sub.add_parser("broker", help="a local single-node Kafka broker (no Docker needed)")
+    b = sub.add_parser("broker", help="a local Kafka broker, or a local replicated cluster (no Docker needed)")
     b.add_argument("action", choices=["start", "stop", "status"])
-    b.add_argument("--port", type=int, default=9092)
+    b.add_argument("--port", type=int, default=9092, help="client port (of the first node; node i uses port+i-1)")
+    b.add_argument("--brokers", type=int, default=1,
+                   help="start: N > 1 starts an N-node KRaft cluster (a controller quorum of N, replication "
+                        "factor min(3, N), min.insync.replicas min(2, N)); stop/status find a cluster by itself")
     b.add_argument("--data-dir", help="where the broker keeps its data (default: ~/.cache/controlmsg/broker)")
     b.add_argument("--security", choices=["plaintext", "sasl-ssl"], default="plaintext",
                    help="start: sasl-ssl = SCRAM-SHA-512 over TLS with ACLs; users, passwords, certificates and "
@@ -352,6 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("create-topic", help="create an intermediate topic")
     kafka_opts(t)
     t.add_argument("--partitions", type=int, required=True)
+    add_topic_options(t)
     t.set_defaults(func=_cmd_create_topic)
 
     p = sub.add_parser("produce", help="write user messages and control messages as one upstream task")

@@ -31,9 +31,11 @@ __all__ = [
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
+    from controlmsg.kafka.admin import add_topic_options
     from controlmsg.kafka.settings import add_client_options
 
     add_client_options(parser)
+    add_topic_options(parser)
     parser.add_argument("--run-id", required=True, help="the pipeline run this job belongs to")
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     parser.add_argument("--timeout", type=float, help="fail if the input has not ended after SECONDS")
@@ -64,8 +66,12 @@ def kafka_config(args: argparse.Namespace) -> dict[str, str]:
 def controlmsg_options(args: argparse.Namespace, config: dict[str, str], topic: str,
                        **more: str | None) -> dict[str, str]:
     """The ``format("controlmsg")`` options of a job: the topic, the run, every client setting as
-    ``kafka.<setting>``, the job's ``--timeout``, and ``more`` (``None`` values left out)."""
-    options = {"topic": topic, "runId": args.run_id, **{f"kafka.{k}": v for k, v in config.items()}}
+    ``kafka.<setting>``, the job's ``--timeout``, how it creates topics (``--replication-factor``,
+    ``--topic-config``), and ``more`` (``None`` values left out)."""
+    from controlmsg.kafka.admin import topic_settings_from_args
+
+    options = {"topic": topic, "runId": args.run_id, **{f"kafka.{k}": v for k, v in config.items()},
+               **topic_settings_from_args(args).as_options()}
     if args.timeout is not None:
         options["timeout"] = str(args.timeout)
     options.update({k: v for k, v in more.items() if v is not None})

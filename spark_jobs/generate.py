@@ -98,7 +98,7 @@ def generate(config: dict[str, Any], topic: str, cfg: GeneratorConfig) -> dict[i
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from controlmsg.kafka.admin import create_topic, partition_count
+    from controlmsg.kafka.admin import add_topic_options, create_topic, partition_count, topic_settings_from_args
     from controlmsg.kafka.settings import add_client_options, client_config_from_args
     from spark_jobs.events import parse_duration
 
@@ -106,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--topic", required=True)
     add_client_options(p)
     p.add_argument("--partitions", type=int, default=4, help="create the topic with this many if missing")
+    add_topic_options(p)
     p.add_argument("--events", type=int, help="end the stream after this many events (default 10000)")
     p.add_argument("--duration", type=float, help="end the stream after this many seconds")
     p.add_argument("--rate", type=float, default=5000.0, help="events per second")
@@ -119,7 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     config: dict[str, Any] = dict(client_config_from_args(args))
     if partition_count(config, args.topic) is None:
-        create_topic(config, args.topic, args.partitions)
+        topics = topic_settings_from_args(args)
+        create_topic(config, args.topic, args.partitions, replication_factor=topics.replication_factor,
+                     topic_config=topics.config)
     start_ms = None
     if args.start:
         start_ms = int(datetime.fromisoformat(args.start.replace("Z", "+00:00")).timestamp() * 1000)

@@ -28,6 +28,7 @@ from typing import IO, Any
 
 import orjson
 
+from controlmsg.kafka.admin import add_topic_options, create_topic, topic_settings_from_args
 from controlmsg.kafka.settings import add_client_options, write_properties
 from spark_jobs.common import topic_names
 
@@ -65,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--null-value", help="CSV token read as null")
     p.add_argument("--partitions", type=int, default=4, help="partitions of each intermediate topic")
     p.add_argument("--tasks", type=int, default=2, help="upstream write tasks of each writing job")
+    add_topic_options(p)
     add_client_options(p, bootstrap_help="the Kafka cluster (default: bootstrap.servers of -X or --kafka-config, "
                                          "else $KAFKA_BOOTSTRAP_SERVERS, else the local broker, started if needed)")
     p.add_argument("--run-id", help="pipeline run id (generated when absent)")
@@ -98,7 +100,8 @@ def _job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str,
     events, windows = topic_names(run_id)
     kafka = ["--kafka-config", str(kafka_file)]
     common = [*kafka, "--run-id", run_id, "--master", args.master,
-              "--summary", str(run_dir / f"{job}.json"), "--timeout", str(args.timeout)]
+              "--summary", str(run_dir / f"{job}.json"), "--timeout", str(args.timeout),
+              *topic_settings_from_args(args).as_args()]
     for setting in args.spark_conf:
         common += ["--spark-conf", setting]
     sums = [x for col in args.sum for x in ("--sum", col)]
@@ -179,6 +182,10 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
             parse_duration(text, allow_zero=zero)
         except ValueError as exc:
             problems.append(f"{flag}: {exc}")
+    try:
+        topic_settings_from_args(args)
+    except ValueError as exc:
+        problems.append(str(exc))
     formats = (".csv", ".json", ".jsonl", ".ndjson", ".parquet")
     if args.input is not None:
         source = Path(args.input)
@@ -210,7 +217,6 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
 
 
 def run_windowed_count(args: argparse.Namespace) -> int:
-    from controlmsg.kafka.admin import create_topic
     from controlmsg.kafka.settings import client_config_from_args
 
     problems = check_arguments(args)
@@ -237,8 +243,10 @@ def run_windowed_count(args: argparse.Namespace) -> int:
     config = client_config_from_args(args, start_local=True)
     run_dir = Path(args.run_dir or Path(".controlmsg") / "runs" / run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
+    topics = topic_settings_from_args(args)
     for topic in topic_names(run_id):
-        create_topic(config, topic, args.partitions)
+        create_topic(config, topic, args.partitions, replication_factor=topics.replication_factor,
+                     topic_config=topics.config)
     kafka_file = _write_client_config(config, run_dir)
     print(f"run {run_id}: {args.input or args.source_topic} -> {', '.join(topic_names(run_id))} -> {args.output}; "
           f"logs in {run_dir}", file=sys.stderr)

@@ -49,15 +49,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary."""
-    from controlmsg.kafka.admin import create_topic, end_offsets
+    from controlmsg.kafka.admin import create_topic, end_offsets, topic_settings_from_args
     from spark_jobs.ingest_task import run_ingest_task
     from spark_jobs.streaming import partition_groups, run_long_running_tasks
 
     log = job_logger("stream_ingest")
     owned = partition_groups(config, args.source_topic, args.tasks, args.timeout)
-    create_topic(config, args.topic, args.partitions)
+    topics = topic_settings_from_args(args)
+    create_topic(config, args.topic, args.partitions, replication_factor=topics.replication_factor,
+                 topic_config=topics.config)
     rejects_topic = args.rejects_topic or f"{args.topic}-rejects"
-    create_topic(config, rejects_topic, 1)
+    create_topic(config, rejects_topic, 1, replication_factor=topics.replication_factor,
+                 topic_config=topics.config)
     until = end_offsets(config, args.source_topic) if args.until_source_end else None
     lateness = parse_duration(args.allowed_lateness) if args.allowed_lateness.strip() not in ("0", "0s") else 0
     interval = parse_duration(args.watermark_interval) / 1000

@@ -41,17 +41,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary."""
-    from controlmsg.kafka.admin import create_topic
+    from controlmsg.kafka.admin import create_topic, topic_settings_from_args
     from spark_jobs.streaming import partition_groups, run_long_running_tasks
     from spark_jobs.window_task import run_window_task
 
     log = job_logger("stream_window")
     owned = partition_groups(config, args.input_topic, args.tasks, args.timeout)
-    create_topic(config, args.output_topic, args.partitions)
+    topics = topic_settings_from_args(args)
+    factor = topics.replication_factor
+    create_topic(config, args.output_topic, args.partitions, replication_factor=factor, topic_config=topics.config)
     late_topic = args.late_topic or f"{args.output_topic}-late"
     state_topic = args.state_topic or f"{args.output_topic}-state"
-    create_topic(config, late_topic, 1)
-    create_topic(config, state_topic, 1, topic_config={"cleanup.policy": "compact"})
+    create_topic(config, late_topic, 1, replication_factor=factor, topic_config=topics.config)
+    create_topic(config, state_topic, 1, replication_factor=factor,
+                 topic_config={**topics.config, "cleanup.policy": "compact"})
     window_ms = parse_duration(args.window)
     interval = parse_duration(args.commit_interval) / 1000
     log.info("%d window tasks over partitions %s of %s -> %s", args.tasks, owned, args.input_topic,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
@@ -14,7 +16,10 @@ from controlmsg.errors import TopicError
 from controlmsg.kafka.retry import retrying
 from controlmsg.kafka.settings import for_client
 
-__all__ = ["create_topic", "end_offsets", "partition_count", "wait_for_topic"]
+__all__ = [
+    "TopicSettings", "add_topic_options", "create_topic", "end_offsets", "partition_count", "topic_settings_from_args",
+    "wait_for_topic",
+]
 
 
 # What a broker answers a principal that no ACL allows the operation (Kafka's StandardAuthorizer).
@@ -41,17 +46,67 @@ def _failure(config: Mapping[str, Any], operation: str, topic: str, error: Kafka
     return f"cannot {operation} topic {topic!r}: {detail}"
 
 
+@dataclass(frozen=True)
+class TopicSettings:
+    """How the topics a command creates are made: ``replication_factor`` -1 is the cluster's default."""
+
+    replication_factor: int = -1
+    config: Mapping[str, str] = field(default_factory=dict)
+
+    def as_args(self) -> list[str]:
+        """The same settings as command-line options (for a child job)."""
+        out = [] if self.replication_factor == -1 else ["--replication-factor", str(self.replication_factor)]
+        for key, value in self.config.items():
+            out += ["--topic-config", f"{key}={value}"]
+        return out
+
+    def as_options(self) -> dict[str, str]:
+        """The same settings as ``format("controlmsg")`` writer options."""
+        out = {f"topicConfig.{k}": v for k, v in self.config.items()}
+        if self.replication_factor != -1:
+            out["replicationFactor"] = str(self.replication_factor)
+        return out
+
+
+def add_topic_options(parser: argparse.ArgumentParser) -> None:
+    """``--replication-factor N`` and ``--topic-config KEY=VALUE`` (repeatable), for the topics a command
+    creates; read them back with :func:`topic_settings_from_args`."""
+    parser.add_argument("--replication-factor", type=int, default=-1, metavar="N",
+                        help="replicas of each topic this creates (default: the cluster's default.replication.factor)")
+    parser.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config of each topic this creates, e.g. min.insync.replicas=2 (repeatable)")
+
+
+def topic_settings_from_args(args: argparse.Namespace) -> TopicSettings:
+    """The :class:`TopicSettings` of :func:`add_topic_options`'s options. Raises ``ValueError`` naming a
+    ``--topic-config`` without ``=`` or a replication factor below 1 (other than the default -1)."""
+    factor = int(getattr(args, "replication_factor", -1))
+    if factor != -1 and factor < 1:
+        raise ValueError(f"--replication-factor must be at least 1, got {factor}")
+    config: dict[str, str] = {}
+    for setting in getattr(args, "topic_config", []) or []:
+        key, sep, value = setting.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--topic-config {setting!r}: expected KEY=VALUE")
+        config[key.strip()] = value.strip()
+    return TopicSettings(factor, config)
+
+
 def create_topic(
     config: Mapping[str, Any],
     topic: str,
     partitions: int,
     *,
-    replication_factor: int = 1,
+    replication_factor: int = -1,
     exist_ok: bool = True,
     topic_config: Mapping[str, str] | None = None,
     timeout: float = 30.0,
 ) -> None:
     """Create ``topic`` with ``partitions`` partitions and wait until its metadata is visible.
+
+    ``replication_factor`` -1 (the default) takes the cluster's ``default.replication.factor`` (1 on the
+    local single broker, 3 on the local three-node cluster); ``topic_config`` sets topic configs such as
+    ``min.insync.replicas``.
 
     Blocks up to ``timeout`` seconds. With ``exist_ok`` an existing topic is accepted only if it has the
     same number of partitions; otherwise raises :class:`TopicError`.

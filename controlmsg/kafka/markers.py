@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from controlmsg.core.codec import encode_control
 from controlmsg.core.messages import ControlMessage
 from controlmsg.errors import DeliveryError
-from controlmsg.kafka.retry import is_retriable
+from controlmsg.kafka.retry import is_retriable, retrying_transaction
 from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import HEADER_RUN, HEADER_TASK, produce_waiting
 
@@ -121,7 +121,7 @@ def write_control_round(
     producer = Producer({**for_client(config, "producer"), "transactional.id": transactional_id})
     with MarkerStore(config, transactional_id, topic, timeout) as store:
         try:
-            producer.init_transactions(timeout)
+            retrying_transaction(producer.init_transactions, timeout=timeout)
         except KafkaException as exc:
             raise DeliveryError(f"cannot start transactions on topic {topic!r}: {exc.args[0]}") from exc
         committed = store.load()
@@ -138,7 +138,7 @@ def write_control_round(
                 for p in range(partitions):
                     produce_waiting(producer, topic, value, None, p, headers)
             store.add(producer, marker)
-            producer.commit_transaction(timeout)
+            retrying_transaction(producer.commit_transaction, timeout=timeout)
         except (KafkaException, DeliveryError) as exc:
             # Abort now: an open transaction would hold read_committed readers back until it timed out.
             with contextlib.suppress(KafkaException):

@@ -13,7 +13,7 @@ from typing import Final, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
-__all__ = ["RETRIABLE", "is_retriable", "retrying"]
+__all__ = ["RETRIABLE", "is_retriable", "retrying", "retrying_transaction"]
 
 T = TypeVar("T")
 
@@ -45,3 +45,28 @@ def retrying(call: Callable[[], T], *, timeout: float, first_wait: float = 0.1, 
                 raise
         time.sleep(wait)
         wait = min(wait * 2, max_wait)
+
+
+def retrying_transaction(call: Callable[[float], T], *, timeout: float, what: str = "transaction call") -> T:
+    """A call of librdkafka's transactional API (``init_transactions``, ``commit_transaction``,
+    ``send_offsets_to_transaction``, ``abort_transaction``), given the time left, retried while librdkafka
+    marks its error retriable (a coordinator that moves or loads, a timed-out request), for up to
+    ``timeout`` s in all, with the backoff of :func:`retrying`.
+
+    Only librdkafka's own flag counts here: an error that requires an abort (``txn_requires_abort``) or is
+    fatal (a fenced producer) propagates at once, since calling again could not succeed; a transaction
+    that must be aborted is the caller's to abort and redo.
+    """
+    deadline = time.monotonic() + timeout
+    wait = 0.1
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return call(max(left, 1.0))
+        except KafkaException as exc:
+            error = exc.args[0]
+            if (not isinstance(error, KafkaError) or not error.retriable() or error.fatal()
+                    or error.txn_requires_abort() or time.monotonic() + wait > deadline):
+                raise
+        time.sleep(wait)
+        wait = min(wait * 2, 2.0)

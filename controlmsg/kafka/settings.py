@@ -230,11 +230,16 @@ def resolve_bootstrap_servers(given: str | None = None, *, start_local: bool = F
     env = os.environ.get(_ENV, "").strip()
     if env:
         return env
-    from controlmsg.testing import broker
+    from controlmsg.testing import broker, kraft_cluster
 
     running = broker.broker_status()
     if running is not None:
         return running.bootstrap_servers
+    cluster = kraft_cluster.cluster_status()
+    if cluster is not None:
+        up = [n.address for n in cluster.nodes if n.pid is not None]
+        if up:
+            return ",".join(up)
     if not start_local:
         raise BrokerError(
             f"no Kafka broker configured: no --bootstrap-servers, {_ENV} is not set and no local broker is "

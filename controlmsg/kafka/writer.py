@@ -23,6 +23,7 @@ from controlmsg.core.codec import encode_control, encode_json, encode_user
 from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
 from controlmsg.errors import DeliveryError
 from controlmsg.kafka.admin import wait_for_topic
+from controlmsg.kafka.retry import retrying_transaction
 from controlmsg.kafka.settings import for_client
 
 __all__ = ["HEADER_RUN", "HEADER_SEQ", "HEADER_TASK", "ControlWriter", "produce_waiting"]
@@ -94,7 +95,7 @@ class ControlWriter:
         self._transactional = "transactional.id" in conf
         if self._transactional:
             try:
-                self._producer.init_transactions(topic_timeout)
+                retrying_transaction(self._producer.init_transactions, timeout=topic_timeout)
                 self._producer.begin_transaction()
             except KafkaException as exc:
                 raise DeliveryError(f"cannot start transactions on topic {topic!r}: {exc.args[0]}") from exc
@@ -203,7 +204,7 @@ class ControlWriter:
             self.flush(timeout)
             return
         try:
-            self._producer.commit_transaction(timeout)
+            retrying_transaction(self._producer.commit_transaction, timeout=timeout)
             self._raise_errors()
             self._producer.begin_transaction()
         except KafkaException as exc:
@@ -215,7 +216,7 @@ class ControlWriter:
         if self._transactional:
             # The transaction opened by commit() is empty; aborting it ends cleanly.
             try:
-                self._producer.abort_transaction(timeout)
+                retrying_transaction(self._producer.abort_transaction, timeout=timeout)
             except KafkaException as exc:
                 raise DeliveryError(f"cannot end the transaction on topic {self.topic!r}: {exc.args[0]}") from exc
 
@@ -224,7 +225,8 @@ class ControlWriter:
         """Transactional writers: commit consumer ``offsets`` (of the group ``group_metadata`` describes)
         atomically with this transaction, as in consume-transform-produce. Raises :class:`DeliveryError`."""
         try:
-            self._producer.send_offsets_to_transaction(offsets, group_metadata, timeout)
+            retrying_transaction(lambda left: self._producer.send_offsets_to_transaction(offsets, group_metadata, left),
+                                 timeout=timeout)
         except KafkaException as exc:
             raise DeliveryError(
                 f"cannot add offsets to the transaction on topic {self.topic!r}: {exc.args[0]}"
@@ -233,7 +235,7 @@ class ControlWriter:
     def abort(self, timeout: float = 60.0) -> None:
         """Transactional writers: abort what was sent since the last commit (readers never see it)."""
         if self._transactional:
-            self._producer.abort_transaction(timeout)
+            retrying_transaction(self._producer.abort_transaction, timeout=timeout)
             self._producer.begin_transaction()
 
     def __enter__(self) -> ControlWriter:

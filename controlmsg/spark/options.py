@@ -14,7 +14,9 @@ Every option name is case-insensitive, as in Spark. The same names hold for ``re
 
 Writers also take ``key`` (a column), ``eventTime`` (a column: a timestamp, a date or epoch ms),
 ``allowedLateness`` (``10s``, ``500ms``... or ms; default 0), ``partitions`` (of a topic created
-because it is missing; default 4), ``replicationFactor`` (of such a topic; default: the broker's),
+because it is missing; default 4), ``replicationFactor`` (of such a topic; default: the cluster's
+``default.replication.factor``), ``topicConfig.<name>`` (a topic config of such a topic, e.g.
+``topicConfig.min.insync.replicas``),
 ``job`` (the first part of every task name; default ``spark``), ``transactionTimeoutMs`` (default
 600000: a write task must finish within it), ``dataHeaders`` (``true``: put the run in every record's
 headers so that readers of a topic holding several runs take only theirs; default true).
@@ -44,6 +46,7 @@ DEFAULT_PARTITIONS: Final = 4
 # records/s with the default, 370k with 10 ms, bare consume() on a 2-core machine).
 _CONSUMER_DEFAULTS: Final = {"fetch.queue.backoff.ms": "10"}
 _KAFKA: Final = "kafka."
+_TOPIC_CONFIG: Final = "topicconfig."
 
 
 def lower_keys(options: Mapping[str, str]) -> dict[str, str]:
@@ -157,6 +160,7 @@ class WriteOptions:
     allowed_lateness_ms: int
     partitions: int
     replication_factor: int
+    topic_config: tuple[tuple[str, str], ...]
     job: str
     transaction_timeout_ms: int
     data_headers: bool
@@ -180,6 +184,8 @@ class WriteOptions:
             allowed_lateness_ms=lateness_ms,
             partitions=_positive_int(opts, "partitions", DEFAULT_PARTITIONS) or DEFAULT_PARTITIONS,
             replication_factor=_positive_int(opts, "replicationFactor", None) or -1,
+            topic_config=tuple(sorted((k[len(_TOPIC_CONFIG):], v) for k, v in opts.items()
+                                      if k.startswith(_TOPIC_CONFIG) and len(k) > len(_TOPIC_CONFIG))),
             job=opts.get("job") or "spark",
             transaction_timeout_ms=_positive_int(opts, "transactionTimeoutMs", 600_000) or 600_000,
             data_headers=_bool(opts, "dataHeaders", True),

@@ -109,7 +109,7 @@ def _plan(opts: WriteOptions, schema: StructType) -> _Plan:
     have = partition_count(config, opts.topic, opts.timeout)
     if have is None:
         create_topic(config, opts.topic, opts.partitions, replication_factor=opts.replication_factor,
-                     timeout=opts.timeout)
+                     topic_config=dict(opts.topic_config), timeout=opts.timeout)
         have = opts.partitions
     return _Plan(opts, have, key_index, event_index)
 

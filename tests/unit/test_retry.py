@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from controlmsg.kafka.retry import is_retriable, retrying
+from controlmsg.kafka.retry import is_retriable, retrying, retrying_transaction
 
 
 def failing(codes: list[int]) -> tuple[list[int], object]:
@@ -40,3 +40,42 @@ def test_after_the_timeout_the_last_error_propagates() -> None:
         retrying(call, timeout=0.3, first_wait=0.05, max_wait=0.1)  # type: ignore[arg-type]
     assert info.value.args[0].code() == KafkaError._TRANSPORT
     assert 1 < len(calls) < 1000
+
+
+def txn_call(errors: list[KafkaError]) -> tuple[list[float], object]:
+    """A transactional-API call that fails with ``errors`` in turn, then succeeds; records the time it was given."""
+    given: list[float] = []
+
+    def call(left: float) -> str:
+        given.append(left)
+        if len(given) <= len(errors):
+            raise KafkaException(errors[len(given) - 1])
+        return "committed"
+
+    return given, call
+
+
+def test_transaction_calls_retry_what_librdkafka_marks_retriable() -> None:
+    given, call = txn_call([KafkaError(KafkaError._TIMED_OUT, "commit timed out", retriable=True),
+                            KafkaError(KafkaError.NOT_COORDINATOR, "moved", retriable=True)])
+    assert retrying_transaction(call, timeout=10) == "committed"  # type: ignore[arg-type]
+    assert len(given) == 3 and given[0] > given[-1] > 0  # each try gets the time that is left
+
+
+@pytest.mark.parametrize("error", [
+    KafkaError(KafkaError._FENCED, "fenced", fatal=True),
+    KafkaError(KafkaError.INVALID_TXN_STATE, "abort it", retriable=True, txn_requires_abort=True),
+    KafkaError(KafkaError.NOT_COORDINATOR, "not marked retriable by librdkafka"),
+])
+def test_transaction_calls_fail_at_once_when_another_try_cannot_help(error: KafkaError) -> None:
+    given, call = txn_call([error])
+    with pytest.raises(KafkaException) as raised:
+        retrying_transaction(call, timeout=10)  # type: ignore[arg-type]
+    assert raised.value.args[0] is error and len(given) == 1
+
+
+def test_transaction_retries_stop_at_the_timeout() -> None:
+    given, call = txn_call([KafkaError(KafkaError._TIMED_OUT, "again", retriable=True)] * 1000)
+    with pytest.raises(KafkaException):
+        retrying_transaction(call, timeout=0.5)  # type: ignore[arg-type]
+    assert 1 < len(given) < 10

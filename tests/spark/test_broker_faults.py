@@ -1,0 +1,351 @@
+"""Broker faults in the middle of a run, on real brokers: the run rides through and equals its oracle.
+
+* One broker of its own (not the session's): paused with SIGSTOP for 20 s, stopped and started again,
+  killed with ``kill -9`` and restarted, each as soon as the backfill's first intermediate topic holds
+  records. The windowed-count pipeline (its three jobs in the test's Spark session) must complete and equal
+  the oracle: nothing lost, nothing twice, end of stream once.
+* A three-node cluster (replication factor 3, ``min.insync.replicas`` 2): the node leading partition 0 of
+  an intermediate topic is killed with ``kill -9`` mid-run and stays dead, in a backfill and in a
+  streaming pipeline (three Spark applications through the pipeline CLI).
+
+The figures (how long the fault lasted, how long the run took) are printed, for ``pytest -s``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+from pyspark.sql import SparkSession
+
+from controlmsg.kafka import ControlReader
+from controlmsg.kafka.admin import create_topic, partition_count
+from controlmsg.testing.broker import BrokerHandle, start_broker, stop_broker
+from controlmsg.testing.kraft_cluster import (
+    ClusterHandle,
+    cluster_status,
+    kill_node,
+    start_kafka_cluster,
+    stop_kafka_cluster,
+)
+from spark_jobs.common import topic_names
+from spark_jobs.generate import GeneratorConfig, generate
+
+from .test_pipeline_oracle import assert_matches_oracle, run_pipeline_in_session, write_events
+from .test_streaming_pipeline import dump_source
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+PAUSE_S = 20.0
+
+
+def _free_ports(count: int) -> int:
+    """A port p such that p .. p+count-1 are free on 127.0.0.1."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = int(s.getsockname()[1])
+        if base + count > 65535:
+            continue
+        socks = []
+        try:
+            for p in range(base, base + count):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
+class Fault(threading.Thread):
+    """Runs ``action`` once ``topic`` exists and holds a record (the run is writing it), in the background;
+    keeps when it fired, how long it took, and what it raised."""
+
+    def __init__(self, config: dict[str, Any], topic: str, action: Callable[[], None]) -> None:
+        super().__init__(daemon=True)
+        self.config, self.topic, self.action = config, topic, action
+        self.fired_at: float | None = None
+        self.took = 0.0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._wait_for_records()
+            self.fired_at = time.monotonic()
+            self.action()
+            self.took = time.monotonic() - self.fired_at
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def _wait_for_records(self) -> None:
+        deadline = time.monotonic() + 120
+        while partition_count(self.config, self.topic, timeout=5) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {self.topic} never appeared")
+            time.sleep(0.02)
+        consumer = Consumer({**self.config, "group.id": "fault-probe"})
+        try:
+            while time.monotonic() < deadline:
+                with contextlib.suppress(KafkaException):
+                    if any(consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=2)[1] > 0
+                           for p in range(2)):
+                        return
+                time.sleep(0.01)
+        finally:
+            consumer.close()
+        raise TimeoutError(f"topic {self.topic} never held a record")
+
+
+def _backfill_under_fault(spark: SparkSession, servers: str, tmp_path: Path, action: Callable[[str], None], *,
+                          partitions: int = 2) -> tuple[Fault, float]:
+    """The windowed-count backfill over 30,000 events, with ``action(events_topic)`` fired once its events
+    topic holds records; asserts that it struck mid-run and that the output equals the oracle. Returns the
+    fault and the run's duration."""
+    src = tmp_path / "events.jsonl"
+    write_events(src, 30_000, days=20, keys=50, seed=11)
+    output = str(tmp_path / "out.csv")
+    opts: dict[str, Any] = dict(input_path=str(src), key="key", event_time="ts", window="1d", sums=["x"])
+    fault = _FaultOnNewTopic({"bootstrap.servers": servers}, action)
+    fault.start()
+    started = time.monotonic()
+    try:
+        summary = run_pipeline_in_session(spark, servers, output=output, partitions=partitions, tasks=2, **opts)
+    finally:
+        fault.join(timeout=120)
+    took = time.monotonic() - started
+    assert fault.error is None, f"the fault itself failed: {fault.error!r}"
+    assert fault.fired_at is not None and fault.fired_at - started < took  # it struck mid-run
+    rows = assert_matches_oracle(spark, output, **opts)
+    assert rows > 20 * 5 and summary["sink"]["rows_out"] == rows
+    assert summary["ingest"]["rows_in"] == 30_000
+    print(f"\nfault fired {fault.fired_at - started:.1f} s into the run, lasted {fault.took:.1f} s; "
+          f"the run took {took:.1f} s")
+    return fault, took
+
+
+class _FaultOnNewTopic(Fault):
+    """A :class:`Fault` on the first ``t-*-events`` topic created after it starts (the in-session pipeline
+    names its topics after a run id of its own); ``action`` gets that topic."""
+
+    def __init__(self, config: dict[str, Any], action: Callable[[str], None]) -> None:
+        super().__init__(config, "", lambda: action(self.topic))
+        self._before = set(AdminClient(config).list_topics(timeout=30).topics)
+
+    def _wait_for_records(self) -> None:
+        admin = AdminClient(self.config)
+        deadline = time.monotonic() + 120
+        while not self.topic:
+            new = [t for t in admin.list_topics(timeout=10).topics
+                   if t not in self._before and t.startswith("t-") and t.endswith("-events")]
+            if new:
+                self.topic = new[0]
+            elif time.monotonic() > deadline:
+                raise TimeoutError("no events topic appeared")
+            else:
+                time.sleep(0.02)
+        super()._wait_for_records()
+
+
+# ------------------------------------------------------------------------------------ a single broker
+
+
+@pytest.fixture(scope="module")
+def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerHandle]:
+    data_dir = tmp_path_factory.mktemp("fault-broker")
+    handle = start_broker(port=_free_ports(2), data_dir=data_dir)
+    try:
+        yield handle
+    finally:
+        stop_broker(data_dir)
+
+
+def _port(handle: BrokerHandle) -> int:
+    return int(handle.bootstrap_servers.rpartition(":")[2])
+
+
+def _pause(handle: BrokerHandle) -> Callable[[str], None]:
+    def act(_topic: str) -> None:
+        os.kill(handle.pid, signal.SIGSTOP)
+        try:
+            time.sleep(PAUSE_S)
+        finally:
+            os.kill(handle.pid, signal.SIGCONT)
+    return act
+
+
+def _stop_start(handle: BrokerHandle) -> Callable[[str], None]:
+    def act(_topic: str) -> None:
+        stop_broker(handle.data_dir)
+        start_broker(port=_port(handle), data_dir=handle.data_dir)
+    return act
+
+
+def _kill_restart(handle: BrokerHandle) -> Callable[[str], None]:
+    def act(_topic: str) -> None:
+        current = start_broker(port=_port(handle), data_dir=handle.data_dir)  # the live one (pid may have changed)
+        os.kill(current.pid, signal.SIGKILL)
+        time.sleep(2.0)
+        start_broker(port=_port(handle), data_dir=handle.data_dir)
+    return act
+
+
+@pytest.mark.parametrize("fault", ["pause-20s", "stop-start", "kill-9-restart"])
+def test_backfill_rides_through_a_fault_of_its_only_broker(fault: str, own_broker: BrokerHandle,
+                                                           spark: SparkSession, tmp_path: Path) -> None:
+    live = start_broker(port=_port(own_broker), data_dir=own_broker.data_dir)  # a previous case restarted it
+    action = {"pause-20s": _pause, "stop-start": _stop_start, "kill-9-restart": _kill_restart}[fault](live)
+    struck, took = _backfill_under_fault(spark, live.bootstrap_servers, tmp_path, action)
+    if fault == "pause-20s":
+        assert struck.took >= PAUSE_S and took > PAUSE_S  # the run waited for the broker, not around it
+
+
+# ------------------------------------------------------------------------------------ three nodes
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "controlmsg.cli", *args], capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
+    """Three nodes, started as a user would: ``controlmsg broker start --brokers 3``."""
+    data_dir = tmp_path_factory.mktemp("kraft3")
+    port = _free_ports(3)
+    started = _cli("broker", "start", "--brokers", "3", "--port", str(port), "--data-dir", str(data_dir))
+    try:
+        assert started.returncode == 0, started.stderr[-2000:]
+        assert started.stdout.strip() == ",".join(f"127.0.0.1:{port + i}" for i in range(3))
+        handle = cluster_status(data_dir)
+        assert handle is not None and all(n.pid is not None for n in handle.nodes)
+        yield handle
+    finally:
+        stop_kafka_cluster(data_dir)
+
+
+def test_cluster_topics_are_replicated_and_a_dead_node_is_reported(cluster: ClusterHandle) -> None:
+    live = _all_nodes_up(cluster)
+    config: dict[str, Any] = {"bootstrap.servers": live.bootstrap_servers}
+    default, custom = f"rf-default-{uuid.uuid4().hex[:6]}", f"rf-two-{uuid.uuid4().hex[:6]}"
+    assert _cli("create-topic", "--bootstrap-servers", live.bootstrap_servers, "--topic", default,
+                "--partitions", "2").returncode == 0
+    made = _cli("create-topic", "--bootstrap-servers", live.bootstrap_servers, "--topic", custom, "--partitions", "2",
+                "--replication-factor", "2", "--topic-config", "min.insync.replicas=1")
+    assert made.returncode == 0, made.stderr
+    assert _replicas(config, default) == {3} and _replicas(config, custom) == {2}
+    resource = ConfigResource(ConfigResource.Type.TOPIC, custom)
+    admin = AdminClient(config)  # alive until the answer is in: a collected client cancels its requests
+    described = admin.describe_configs([resource])[resource].result(timeout=30)
+    assert described["min.insync.replicas"].value == "1"
+    kill_node(live.data_dir, 3)
+    try:
+        status = _cli("broker", "status", "--data-dir", str(live.data_dir))
+        assert status.returncode == 0
+        assert status.stdout.strip() == ",".join(n.address for n in live.nodes[:2])
+        assert "node(s) 3 of 3 are down" in status.stderr
+    finally:
+        _all_nodes_up(live)
+
+
+def _leader(config: dict[str, Any], topic: str, partition: int = 0) -> int:
+    metadata = AdminClient(config).list_topics(topic, timeout=30)
+    return int(metadata.topics[topic].partitions[partition].leader)
+
+
+def _replicas(config: dict[str, Any], topic: str) -> set[int]:
+    metadata = AdminClient(config).list_topics(topic, timeout=30)
+    return {len(p.replicas) for p in metadata.topics[topic].partitions.values()}
+
+
+def _all_nodes_up(cluster: ClusterHandle) -> ClusterHandle:
+    return start_kafka_cluster(len(cluster.nodes), port=cluster.nodes[0].port, data_dir=cluster.data_dir)
+
+
+def test_backfill_on_three_nodes_survives_a_leader_killed(cluster: ClusterHandle, spark: SparkSession,
+                                                          tmp_path: Path) -> None:
+    live = _all_nodes_up(cluster)
+    config = {"bootstrap.servers": live.bootstrap_servers}
+    killed: list[tuple[int, str]] = []
+
+    def kill_leader(topic: str) -> None:
+        node = _leader(config, topic)
+        kill_node(live.data_dir, node)
+        killed.append((node, topic))
+
+    _backfill_under_fault(spark, live.bootstrap_servers, tmp_path, kill_leader, partitions=3)
+    node, topic = killed[0]
+    status = cluster_status(live.data_dir)
+    assert status is not None and status.node(node).pid is None  # it stayed dead through the run
+    assert _replicas(config, topic) == {3}
+    print(f"node {node} was the leader of {topic}[0]; the run finished on the two nodes left")
+
+
+def test_streaming_on_three_nodes_survives_a_leader_killed(cluster: ClusterHandle, spark: SparkSession,
+                                                           tmp_path: Path) -> None:
+    """The streaming pipeline (three Spark applications) over 4,000 paced events; the leader of partition 0
+    of the keyed events topic is killed once records flow into it (the ingest job writes it, the window job
+    reads it), and the output still equals the oracle."""
+    live = _all_nodes_up(cluster)
+    servers = live.bootstrap_servers
+    config: dict[str, Any] = {"bootstrap.servers": servers}
+    source = f"raw-{uuid.uuid4().hex[:8]}"
+    create_topic(config, source, 3)
+    ends = generate(config, source, GeneratorConfig(events=4000, rate=1e6, keys=30, disorder_ms=2000,
+                                                    late_fraction=0.0, late_by_ms=0,
+                                                    start_ms=1_767_225_600_000, speedup=1e5, seed=5))
+    events = tmp_path / "events.jsonl"
+    dump_source(config, source, ends, events)
+    output = tmp_path / "windows.csv"
+    run_id = f"kill-{uuid.uuid4().hex[:8]}"
+    events_topic, windows = topic_names(run_id)
+    killed: list[int] = []
+
+    def kill_leader() -> None:
+        node = _leader(config, events_topic)
+        kill_node(live.data_dir, node)
+        killed.append(node)
+
+    fault = Fault(config, events_topic, kill_leader)
+    fault.start()
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.pipeline", "windowed-count", "--streaming", "--source-topic", source,
+         "--until-source-end", "--key", "user", "--event-time", "event_time", "--window", "1m", "--sum", "amount",
+         "--allowed-lateness", "1h", "--watermark-interval", "300ms", "--output", str(output), "--max-rate", "200",
+         "--bootstrap-servers", servers, "--partitions", "3", "--tasks", "2", "--master", "local[2]",
+         "--timeout", "300", "--run-id", run_id, "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    took = time.monotonic() - started
+    fault.join(timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert fault.error is None, f"the fault itself failed: {fault.error!r}"
+    assert killed and fault.fired_at is not None and fault.fired_at - started < took
+    rows = assert_matches_oracle(spark, str(output), input_path=str(events), key="user", event_time="event_time",
+                                 window="1m", sums=["amount"])
+    assert rows > 30
+    # End of stream arrived once per upstream task on every partition of the window results.
+    with ControlReader(config, windows, run_id=run_id) as reader:
+        list(reader.read_until_end(timeout=60))
+        assert reader.tracker.is_ended
+        assert reader.tracker.counters.duplicate_eos == 0
+    print(f"\nnode {killed[0]} (leader of {events_topic}[0]) killed {fault.fired_at - started:.1f} s into the "
+          f"streaming run; the run took {took:.1f} s")
