@@ -54,6 +54,7 @@ from controlmsg.core.naming import parse_task_name
 from controlmsg.errors import ControlMsgError, Location, ProtocolError, ReadError
 from controlmsg.kafka.admin import wait_for_topic
 from controlmsg.kafka.reader import ControlReader, DataRecord
+from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import HEADER_RUN
 from controlmsg.spark.options import ReadOptions
 from controlmsg.spark.progress import Progress
@@ -386,7 +387,7 @@ def _positions(offset: dict[str, Any]) -> dict[int, int]:
 
 
 def _consumer_conf(opts: ReadOptions, *, eof: bool) -> dict[str, Any]:
-    return {
+    return for_client({
         "group.id": f"controlmsg-stream-{opts.topic}",  # never joins nor commits: assign() only
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
@@ -395,7 +396,7 @@ def _consumer_conf(opts: ReadOptions, *, eof: bool) -> dict[str, Any]:
         "auto.offset.reset": "error",
         "enable.partition.eof": eof,
         **dict(opts.config),
-    }
+    }, "consumer")
 
 
 def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Iterator[pa.RecordBatch]:
