@@ -99,7 +99,8 @@ def _job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str,
     events, windows = topic_names(run_id)
     kafka = ["--kafka-config", str(kafka_file)]
     common = [*kafka, "--run-id", run_id, "--master", args.master,
-              "--summary", str(run_dir / f"{job}.json"), "--timeout", str(args.timeout)]
+              "--summary", str(run_dir / f"{job}.json"), "--timeout", str(args.timeout),
+              "--log-file", str(run_dir / f"{job}-error.log")]
     for setting in args.spark_conf:
         common += ["--spark-conf", setting]
     sums = [x for col in args.sum for x in ("--sum", col)]

@@ -210,3 +210,30 @@ def test_invalid_options_are_refused_with_the_valid_ones(
         read(spark, topic, bootstrap_servers, mode="lenient").collect()
     with pytest.raises(PySparkException, match="must be of type string or binary"):
         read(spark, topic, bootstrap_servers, "n long, _corrupt_record int", mode="PERMISSIVE").collect()
+
+
+def test_a_job_that_fails_says_why_in_two_lines_and_keeps_the_trace(
+    bootstrap_servers: str, kafka_config: dict[str, Any], new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """``python -m spark_jobs.sink`` reading a record whose key is not UTF-8 (FAILFAST): its own Spark
+    application fails; the job ends with the cause (topic, partition, offset) and what to do, the full
+    trace goes to --log-file."""
+    import os
+    import subprocess
+    import sys
+
+    topic = new_topic(1)
+    write_records(kafka_config, topic, [(0, b"k", b'{"key": "a"}', None), (0, NOT_UTF8, b'{"key": "b"}', "key")])
+    log_file = tmp_path / "sink-error.log"
+    proc = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.sink", "--input-topic", topic, "--output", str(tmp_path / "out.csv"),
+         "--bootstrap-servers", bootstrap_servers, "--run-id", "r1", "--master", "local[1]", "--timeout", "60",
+         "--log-file", str(log_file), "--spark-conf", "spark.task.maxFailures=1"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-2:]
+    assert last[0].startswith(f"sink: ReadError: topic '{topic}' partition 0 offset 1: the key is not UTF-8"), last
+    assert last[1].startswith("sink: fix or set aside the record") and last[1].endswith(f"full trace in {log_file}")
+    trace = log_file.read_text()
+    assert "Traceback" in trace and "offset 1: the key is not UTF-8" in trace
