@@ -708,11 +708,13 @@ def _settling(schema: pa.Schema, policy: _Policy, columns: Columns) -> Builder:
                 return batch, aside
         else:
             aside = []
-        corrupt_type = pa.binary() if policy.corrupt_binary else pa.string()
-        corrupt = pa.array([_raw_value(records[i], policy.corrupt_binary) if i in bad else None
-                            for i in range(len(records))], corrupt_type)
-        filled = [corrupt.cast(field.type) if a is None else a for a, field in zip(arrays, schema, strict=True)]
-        return pa.RecordBatch.from_arrays(filled, schema=schema), aside
+        if policy.corrupt is not None:  # the schema has the column: null but for the bad records' values
+            ctype = schema.field(policy.corrupt).type
+            corrupt = (pa.array([_raw_value(records[i], policy.corrupt_binary) if i in bad else None
+                                 for i in range(len(records))], pa.binary() if policy.corrupt_binary else pa.string())
+                       .cast(ctype) if bad else pa.nulls(len(records), ctype))
+            arrays = [corrupt if a is None else a for a in arrays]
+        return pa.RecordBatch.from_arrays(arrays, schema=schema), aside
 
     return build
 
