@@ -1,14 +1,17 @@
-"""What the job CLIs share: common options, the run summary file, topic names, logging."""
+"""What the job CLIs share: common options, the run summary file, topic names, logging, and how a job
+starts and ends (:func:`run_job`): arguments checked before Spark, failures in one or two lines."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
@@ -17,10 +20,25 @@ if TYPE_CHECKING:
 
 Work = Callable[["SparkSession", argparse.Namespace, dict[str, str]], dict[str, Any]]
 """A job's work: ``work(spark, args, kafka_config)`` returns the job's summary."""
+Check = Callable[[argparse.Namespace], list[str]]
+"""A job's argument checks: one line per problem (see :mod:`spark_jobs.checks`), none when all is well."""
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_CODES: Final = ("exit status: 0 done; 1 the job failed (the cause and what to do on stderr, the full trace in "
+                     "--log-file); 2 bad arguments or Kafka settings, found before Spark started")
 
 __all__ = [
+    "EXIT_CODES",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "Check",
     "add_common_options",
+    "common_problems",
     "controlmsg_options",
+    "failure_lines",
     "job_logger",
     "kafka_config",
     "run_job",
@@ -42,6 +60,25 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--summary", help="write a JSON summary of the job here when it succeeds")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting (repeatable)")
+    parser.add_argument("--log-file", metavar="PATH",
+                        help="where the full trace of a failure goes "
+                             "(default: .controlmsg/runs/<run id>/<job>-error.log)")
+    parser.epilog = EXIT_CODES
+
+
+def common_problems(args: argparse.Namespace) -> list[str]:
+    """The checks of :func:`add_common_options`' options: ``--timeout``, ``--spark-conf``, the topic
+    settings, and the files
+    ``--summary`` and ``--log-file`` can be written."""
+    from spark_jobs.checks import output_problems, positive_problems, topic_problems
+
+    problems = positive_problems([("--timeout", args.timeout)]) + topic_problems(args)
+    problems += [f"--spark-conf {setting}: expected KEY=VALUE" for setting in args.spark_conf if "=" not in setting]
+    if args.summary:
+        problems += output_problems("--summary", args.summary, formats=None)
+    if args.log_file:
+        problems += output_problems("--log-file", args.log_file, formats=None)
+    return problems
 
 
 def spark_conf(args: argparse.Namespace) -> dict[str, str]:
@@ -104,18 +141,99 @@ def write_summary(path: str | None, **fields: Any) -> None:
     tmp.replace(target)
 
 
-def run_job(name: str, parser: argparse.ArgumentParser, work: Work, argv: Sequence[str] | None = None) -> int:
-    """A job's ``main``: parse ``argv``, start its own Spark application, run ``work(spark, args,
-    kafka_config)``, write its summary (``--summary``), stop Spark. Returns the exit code."""
-    from controlmsg.spark import spark_session
+def run_job(name: str, parser: argparse.ArgumentParser, work: Work, argv: Sequence[str] | None = None,
+            check: Check | None = None) -> int:
+    """A job's ``main``: parse ``argv``; check the arguments (:func:`common_problems` and ``check``) and the
+    Kafka settings; only then start its own Spark application, run ``work(spark, args, kafka_config)``,
+    write its summary (``--summary``) and stop Spark. Returns the exit code (:data:`EXIT_CODES`).
+
+    Bad arguments print ``<prog>: error: <problem>``, one line each, and return 2 before any JVM starts.
+    A failure of the work prints two lines, ``<job>: <cause>`` and what to do, with the path of the full
+    trace (``--log-file``), and returns 1. Interrupts (``KeyboardInterrupt``) pass through."""
+    from controlmsg.errors import ControlMsgError
 
     args = parser.parse_args(argv)
-    started = time.monotonic()
-    config = kafka_config(args)
-    spark = spark_session(args.master, conf=spark_conf(args), app_name=f"controlmsg-{name}-{args.run_id}")
+    problems = common_problems(args) + (check(args) if check is not None else [])
     try:
-        summary = work(spark, args, config)
+        config = kafka_config(args) if not problems else {}
+    except ControlMsgError as exc:  # a refused setting, or no cluster named anywhere
+        problems.append(str(exc))
+    if problems:
+        for problem in problems:
+            print(f"{parser.prog}: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    from controlmsg.spark import spark_session
+
+    started = time.monotonic()
+    try:
+        spark = spark_session(args.master, conf=spark_conf(args), app_name=f"controlmsg-{name}-{args.run_id}")
+        try:
+            summary = work(spark, args, config)
+        finally:
+            spark.stop()
+        write_summary(args.summary, job=name, seconds=time.monotonic() - started, **summary)
+    except Exception as exc:
+        where = _save_trace(name, args, exc)
+        cause, todo = failure_lines(exc)
+        print(f"{name}: {cause}", file=sys.stderr)
+        print(f"{name}: {todo}; " + (f"full trace in {where}" if where else "the full trace follows"), file=sys.stderr)
+        if where is None:
+            traceback.print_exception(exc, file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+_PY_ERROR = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception|Timeout)): (\S.*)$")
+_OURS = re.compile(r"^(?:controlmsg\.[\w.]+\.)(\w+): (\S.*)$")
+_TODO: Final = {
+    "EndOfStreamTimeout": "the upstream has not ended its stream: check that its job runs and writes this run "
+                          "(--run-id), or give it more --timeout",
+    "BrokerError": "check that the Kafka cluster runs and is reachable (--bootstrap-servers, -X, --kafka-config)",
+    "TopicError": "check the topic and that the cluster is reachable with these settings (-X, --kafka-config)",
+    "DeliveryError": "check the cluster, the topic and this principal's rights on it, then run the job again",
+    "ReadError": "fix or set aside the record named (see docs/SPARK.md, bad records), or check the cluster",
+    "ConfigError": "fix the Kafka client setting named (-X, --kafka-config)",
+}
+_MAX_CAUSE: Final = 400
+
+
+def failure_lines(exc: BaseException) -> tuple[str, str]:
+    """What a failed job prints: the cause in one line, and what to do.
+
+    Spark reports a failure inside a task as a JVM error whose text holds the Python worker's trace: the
+    cause is the last ``controlmsg`` error in it (the one the task raised), else the last Python error
+    line, else the first line of the message; at most :data:`_MAX_CAUSE` characters."""
+    text = str(exc)
+    lines = [line.strip() for line in text.splitlines()]
+    kind, message = type(exc).__name__, (lines[0] if lines else "")
+    own = [m for m in map(_OURS.match, lines) if m is not None]
+    found = own or [m for m in map(_PY_ERROR.match, lines) if m is not None]
+    if found:
+        kind, message = found[-1].group(1), found[-1].group(2)
+    elif isinstance(exc, Exception) and type(exc).__module__.startswith("controlmsg"):
+        kind = type(exc).__name__
+    if len(message) > _MAX_CAUSE:
+        message = message[:_MAX_CAUSE] + "..."
+    todo = _TODO.get(kind, "see the full trace")
+    return f"{kind}: {message}", todo
+
+
+def _save_trace(name: str, args: argparse.Namespace, exc: BaseException) -> Path | None:
+    """Write ``exc``'s full trace, through the job's logger, to ``--log-file`` (default
+    ``.controlmsg/runs/<run id>/<job>-error.log``, appended to). ``None`` when it cannot be written."""
+    path = Path(args.log_file or Path(".controlmsg") / "runs" / args.run_id / f"{name}-error.log")
+    trace = logging.getLogger(f"spark_jobs.{name}.trace")
+    trace.propagate = False  # the trace goes to the file only, not to the job's stderr
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(path, encoding="utf-8")
+    except OSError:
+        return None
+    handler.setFormatter(logging.Formatter(f"%(asctime)s {name}: %(message)s"))
+    trace.addHandler(handler)
+    try:
+        trace.error("job failed (run %s): %s", args.run_id, exc, exc_info=exc)
     finally:
-        spark.stop()
-    write_summary(args.summary, job=name, seconds=time.monotonic() - started, **summary)
-    return 0
+        trace.removeHandler(handler)
+        handler.close()
+    return path

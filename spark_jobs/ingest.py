@@ -20,10 +20,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from controlmsg.spark import run_status
+from spark_jobs.checks import input_problems, output_problems, positive_problems
 from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
 from spark_jobs.events import EVENT_MS, read_table, split_rejects, write_table
 
-__all__ = ["build_parser", "main", "run"]
+__all__ = ["build_parser", "check_arguments", "main", "run"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +42,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _rejects_path(args: argparse.Namespace) -> str:
+    return str(args.rejects or f"rejects-{args.run_id}.jsonl")
+
+
+def check_arguments(args: argparse.Namespace) -> list[str]:
+    """What can be checked before Spark starts, one line per problem: the input (exists, not empty, has
+    the columns named), the counts, and that the rejects file can be written."""
+    columns = [("--key", args.key), ("--event-time", args.event_time), *[("--carry", c) for c in args.carry]]
+    problems = input_problems("--input", args.input, columns)
+    problems += positive_problems([("--partitions", args.partitions), ("--tasks", args.tasks)])
+    return problems + output_problems("--rejects", _rejects_path(args))
+
+
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary."""
     log = job_logger("ingest")
@@ -52,7 +66,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
         F.col(EVENT_MS).alias("event_ms"),
         *[F.col(c) for c in carried],
     ).repartition(args.tasks)
-    rejects_path = args.rejects or f"rejects-{args.run_id}.jsonl"
+    rejects_path = _rejects_path(args)
     rejects = rejects.cache()
     rejected = rejects.count()
     if rejected:
@@ -76,7 +90,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_job("ingest", build_parser(), run, argv)
+    return run_job("ingest", build_parser(), run, argv, check_arguments)
 
 if __name__ == "__main__":
     sys.exit(main())

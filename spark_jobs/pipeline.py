@@ -30,6 +30,7 @@ import orjson
 
 from controlmsg.kafka.admin import add_topic_options, create_topic, topic_settings_from_args
 from controlmsg.kafka.settings import add_client_options, write_properties
+from spark_jobs.checks import duration_problems, input_problems, output_problems, positive_problems, topic_problems
 from spark_jobs.common import topic_names
 
 __all__ = ["main"]
@@ -101,7 +102,7 @@ def _job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str,
     kafka = ["--kafka-config", str(kafka_file)]
     common = [*kafka, "--run-id", run_id, "--master", args.master,
               "--summary", str(run_dir / f"{job}.json"), "--timeout", str(args.timeout),
-              *topic_settings_from_args(args).as_args()]
+              "--log-file", str(run_dir / f"{job}-error.log"), *topic_settings_from_args(args).as_args()]
     for setting in args.spark_conf:
         common += ["--spark-conf", setting]
     sums = [x for col in args.sum for x in ("--sum", col)]
@@ -137,82 +138,22 @@ def _job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str,
     return [sys.executable, "-m", f"spark_jobs.{job}", *extra, *common]
 
 
-def _columns(path: Path) -> list[str] | None:
-    """The column names of an input file, read from its head (``None``: cannot tell without Spark)."""
-    lower = path.name.lower()
-    if path.is_dir():
-        return None
-    if lower.endswith(".csv"):
-        with path.open(encoding="utf-8", errors="replace") as f:
-            header = f.readline().strip()
-        return [c.strip().strip('"') for c in header.split(",")] if header else []
-    if lower.endswith((".json", ".jsonl", ".ndjson")):
-        with path.open("rb") as f:
-            for line in f:
-                if line.strip():
-                    try:
-                        first = orjson.loads(line)
-                    except orjson.JSONDecodeError:
-                        return None
-                    return list(first) if isinstance(first, dict) else None
-        return []
-    if lower.endswith(".parquet"):
-        import pyarrow.parquet as pq
-
-        try:
-            return list(pq.read_schema(path).names)
-        except Exception:  # unreadable here: the ingest job reports it in Spark's own words
-            return None
-    return None
-
-
 def check_arguments(args: argparse.Namespace) -> list[str]:
     """Everything that can be checked before a Spark application starts, as one line per problem:
-    durations, the input (exists, not empty, has the columns named), the output (a known format, in a
-    directory that can be written)."""
-    from controlmsg.core.durations import parse_duration
-
-    problems = []
+    durations, counts, the input (exists, not empty, has the columns named), the output (a known format,
+    in a directory that can be written). The checks are :mod:`spark_jobs.checks`, shared with the jobs."""
     durations = [("--window", args.window, False), ("--allowed-lateness", args.allowed_lateness, True),
                  ("--watermark-interval", args.watermark_interval, False)]
     if args.idle_timeout.strip().lower() != "never":
         durations.append(("--idle-timeout", args.idle_timeout, False))
-    for flag, text, zero in durations:
-        try:
-            parse_duration(text, allow_zero=zero)
-        except ValueError as exc:
-            problems.append(f"{flag}: {exc}")
-    try:
-        topic_settings_from_args(args)
-    except ValueError as exc:
-        problems.append(str(exc))
-    formats = (".csv", ".json", ".jsonl", ".ndjson", ".parquet")
+    problems = duration_problems(durations)
+    problems += positive_problems([("--partitions", args.partitions), ("--tasks", args.tasks),
+                                   ("--timeout", args.timeout), ("--max-rate", args.max_rate)])
+    problems += topic_problems(args)
     if args.input is not None:
-        source = Path(args.input)
-        if not source.exists():
-            problems.append(f"--input {args.input}: no such file or directory")
-        elif not source.name.lower().endswith(formats):
-            problems.append(f"--input {args.input}: unknown file type; use {', '.join(formats)}")
-        elif source.is_file() and source.stat().st_size == 0:
-            problems.append(f"--input {args.input}: the file is empty")
-        else:
-            columns = _columns(source)
-            wanted = [("--key", args.key), ("--event-time", args.event_time), *[("--sum", c) for c in args.sum]]
-            if columns is not None:
-                for flag, column in wanted:
-                    if column not in columns:
-                        problems.append(f"{flag} {column}: no such column in {args.input} "
-                                        f"(columns: {', '.join(columns) or 'none'})")
-    target = Path(args.output)
-    if not target.name.lower().endswith(formats):
-        problems.append(f"--output {args.output}: unknown file type; use {', '.join(formats)}")
-    existing = target.parent.resolve()
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK):
-        problems.append(f"--output {args.output}: cannot write in {existing}")
-    elif target.is_dir():
-        problems.append(f"--output {args.output}: is a directory; name the output file")
+        wanted = [("--key", args.key), ("--event-time", args.event_time), *[("--sum", c) for c in args.sum]]
+        problems += input_problems("--input", args.input, wanted)
+    problems += output_problems("--output", args.output)
     return problems
 
 

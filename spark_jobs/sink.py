@@ -16,10 +16,11 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs.checks import output_problems
 from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
 from spark_jobs.events import iso_utc, json_records, write_table
 
-__all__ = ["build_parser", "main", "run"]
+__all__ = ["build_parser", "check_arguments", "main", "run"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sum", action="append", default=[], help="a summed column, for the column order")
     add_common_options(p)
     return p
+
+
+def check_arguments(args: argparse.Namespace) -> list[str]:
+    """What can be checked before Spark starts, one line per problem: the output file can be written."""
+    return output_problems("--output", args.output)
 
 
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
@@ -54,7 +60,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_job("sink", build_parser(), run, argv)
+    return run_job("sink", build_parser(), run, argv, check_arguments)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -18,10 +18,11 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from spark_jobs.checks import duration_problems, positive_problems
 from spark_jobs.common import add_common_options, job_logger, run_job
 from spark_jobs.events import parse_duration
 
-__all__ = ["build_parser", "main", "run"]
+__all__ = ["build_parser", "check_arguments", "main", "run"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,6 +46,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rejects-topic", help="default: <topic>-rejects")
     add_common_options(p)
     return p
+
+
+def check_arguments(args: argparse.Namespace) -> list[str]:
+    """What can be checked before Spark starts, one line per problem: durations and counts."""
+    durations = [("--allowed-lateness", args.allowed_lateness, True),
+                 ("--watermark-interval", args.watermark_interval, False)]
+    if args.idle_timeout.strip().lower() != "never":
+        durations.append(("--idle-timeout", args.idle_timeout, False))
+    return duration_problems(durations) + positive_problems(
+        [("--partitions", args.partitions), ("--tasks", args.tasks), ("--max-rate", args.max_rate)])
 
 
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
@@ -88,7 +99,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_job("stream_ingest", build_parser(), run, argv)
+    return run_job("stream_ingest", build_parser(), run, argv, check_arguments)
 
 
 if __name__ == "__main__":

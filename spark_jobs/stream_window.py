@@ -18,10 +18,11 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from spark_jobs.checks import duration_problems, positive_problems
 from spark_jobs.common import add_common_options, job_logger, run_job
 from spark_jobs.events import parse_duration
 
-__all__ = ["build_parser", "main", "run"]
+__all__ = ["build_parser", "check_arguments", "main", "run"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-topic", help="default: <output-topic>-state (compacted)")
     add_common_options(p)
     return p
+
+
+def check_arguments(args: argparse.Namespace) -> list[str]:
+    """What can be checked before Spark starts, one line per problem: durations and counts."""
+    return (duration_problems([("--window", args.window, False), ("--commit-interval", args.commit_interval, False)])
+            + positive_problems([("--partitions", args.partitions), ("--tasks", args.tasks)]))
 
 
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
@@ -75,7 +82,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_job("stream_window", build_parser(), run, argv)
+    return run_job("stream_window", build_parser(), run, argv, check_arguments)
 
 
 if __name__ == "__main__":

@@ -21,10 +21,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from controlmsg.spark import run_status
+from spark_jobs.checks import duration_problems, positive_problems
 from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
 from spark_jobs.events import json_records, parse_duration
 
-__all__ = ["aggregate_windows", "build_parser", "main", "run"]
+__all__ = ["aggregate_windows", "build_parser", "check_arguments", "main", "run"]
 
 
 def aggregate_windows(records: DataFrame, window_ms: int, sums: Sequence[str]) -> DataFrame:
@@ -51,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", type=int, default=2, help="output write tasks")
     add_common_options(p)
     return p
+
+
+def check_arguments(args: argparse.Namespace) -> list[str]:
+    """What can be checked before Spark starts, one line per problem: the window, the counts."""
+    return (duration_problems([("--window", args.window, False)])
+            + positive_problems([("--partitions", args.partitions), ("--tasks", args.tasks)]))
 
 
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
@@ -81,7 +88,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_job("window_aggregate", build_parser(), run, argv)
+    return run_job("window_aggregate", build_parser(), run, argv, check_arguments)
 
 if __name__ == "__main__":
     sys.exit(main())

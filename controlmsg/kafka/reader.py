@@ -7,7 +7,8 @@ order, :class:`DataRecord` items and the tracker's events.
 
 Bad records (undecodable, unknown version, protocol violations) either stop the reader with the
 located error (the default) or, with ``dead_letter_topic``, are written there unchanged with the reason
-and their origin in headers, counted, and skipped. Nothing is dropped without a trace.
+and their origin in headers (:mod:`controlmsg.kafka.deadletter`: the one dead-letter format), counted,
+and skipped. Nothing is dropped without a trace.
 """
 
 from __future__ import annotations
@@ -18,13 +19,21 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from controlmsg.core.bookkeeping import Event, InputTracker
 from controlmsg.core.codec import decode
-from controlmsg.errors import CheckpointError, DeliveryError, Location, ProtocolError, ReadError, TopicError
-from controlmsg.kafka.admin import partition_count, wait_for_topic
+from controlmsg.errors import CheckpointError, Location, ProtocolError, ReadError
+from controlmsg.kafka.admin import wait_for_topic
 from controlmsg.kafka.checkpoint import Checkpoint, FileCheckpointStore
+from controlmsg.kafka.deadletter import (
+    HEADER_DLQ_OFFSET,
+    HEADER_DLQ_PARTITION,
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_TOPIC,
+    DeadLetters,
+    check_dead_letter_topic,
+)
 from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import HEADER_RUN, HEADER_TASK
 
@@ -37,11 +46,6 @@ __all__ = [
     "DataRecord",
     "Item",
 ]
-
-HEADER_DLQ_REASON: Final = "controlmsg-dlq-reason"
-HEADER_DLQ_TOPIC: Final = "controlmsg-dlq-topic"
-HEADER_DLQ_PARTITION: Final = "controlmsg-dlq-partition"
-HEADER_DLQ_OFFSET: Final = "controlmsg-dlq-offset"
 
 _PARTITION_EOF: Final = KafkaError._PARTITION_EOF
 _USER_BYTE: Final = 0
@@ -124,10 +128,6 @@ class ControlReader:
         self._store = checkpoint
         self._filter_run = run_id.encode() if run_id is not None else None
         self.skipped_other_run = 0
-        self.dead_lettered = 0
-        """Bad records the dead-letter topic has acknowledged (so far as :meth:`save_checkpoint` flushed)."""
-        self._dlq_sent = 0
-        self._dlq_failures: list[str] = []
         self._error: ProtocolError | None = None
         count = wait_for_topic(config, topic, topic_timeout)
         owned = sorted(partitions) if partitions is not None else list(range(count))
@@ -162,14 +162,11 @@ class ControlReader:
         }
         self._consumer = Consumer(conf)
         self._consumer.assign([TopicPartition(topic, p, o) for p, o in self._positions.items()])
-        self._dlq_topic = dead_letter_topic
-        self._dlq: Producer | None = None
+        self._dlq: DeadLetters | None = None
         if dead_letter_topic is not None:
             # Fail before reading anything if bad records would have nowhere to go.
-            if partition_count(config, dead_letter_topic, topic_timeout) is None:
-                raise TopicError(f"dead-letter topic {dead_letter_topic!r} does not exist; create it first "
-                                 "(controlmsg create-topic), so that no bad record is lost")
-            self._dlq = Producer({**for_client(config, "producer"), "on_delivery": self._on_dead_letter})
+            check_dead_letter_topic(config, dead_letter_topic, topic_timeout)
+            self._dlq = DeadLetters(config, dead_letter_topic)
 
     # ------------------------------------------------------------------ reading
 
@@ -255,40 +252,15 @@ class ControlReader:
                 return bool(val == run)
         return True
 
+    @property
+    def dead_lettered(self) -> int:
+        """Bad records the dead-letter topic has acknowledged (so far as :meth:`save_checkpoint` flushed)."""
+        return self._dlq.delivered if self._dlq is not None else 0
+
     def _dead_letter(self, msg: Any, error: ProtocolError) -> None:
-        assert self._dlq is not None and self._dlq_topic is not None
-        headers = list(msg.headers() or [])
-        headers += [
-            (HEADER_DLQ_REASON, error.reason.encode()),
-            (HEADER_DLQ_TOPIC, self.topic.encode()),
-            (HEADER_DLQ_PARTITION, str(msg.partition()).encode()),
-            (HEADER_DLQ_OFFSET, str(msg.offset()).encode()),
-        ]
-        try:
-            self._dlq.produce(self._dlq_topic, msg.value(), msg.key(), headers=headers)
-        except (BufferError, KafkaException) as exc:
-            raise DeliveryError(f"cannot dead-letter {error.location} to {self._dlq_topic!r}: {exc}") from exc
-        self._dlq_sent += 1
-
-    def _on_dead_letter(self, err: Any, msg: Any) -> None:
-        if err is None:
-            self.dead_lettered += 1
-        elif len(self._dlq_failures) < 3:
-            self._dlq_failures.append(f"partition {msg.partition()}: {err.str()}")
-        else:
-            self._dlq_failures.append("")
-
-    def _flush_dead_letters(self) -> None:
-        """Block until every dead-lettered record is acknowledged. Raises :class:`DeliveryError` when one
-        was not: then the checkpoint must not move past it."""
         assert self._dlq is not None
-        left = self._dlq.flush(30.0)
-        failed = len(self._dlq_failures)
-        if left or failed:
-            reasons = "; ".join(r for r in self._dlq_failures if r)
-            raise DeliveryError(
-                f"{left + failed} of {self._dlq_sent} bad record(s) were not written to dead-letter topic "
-                f"{self._dlq_topic!r} (topic {self.topic!r}): {reasons or 'still queued after 30 s'}")
+        where = Location(self.topic, msg.partition(), msg.offset())
+        self._dlq.send(msg.value(), msg.key(), msg.headers(), error.reason, where)
 
     def read_until_end(self, timeout: float | None = None, poll_timeout: float = 0.5) -> Iterator[Item]:
         """Yield items until the stream ends (the last item is :class:`StreamEnded`). With ``timeout``,
@@ -309,14 +281,14 @@ class ControlReader:
         """Make dead-lettered records durable, then save :meth:`checkpoint` to the store (if any).
         Call it after the items returned so far have been handled. Raises DeliveryError/CheckpointError."""
         if self._dlq is not None:
-            self._flush_dead_letters()
+            self._dlq.flush(self.topic)
         if self._store is not None:
             self._store.save(self.checkpoint())
 
     def close(self) -> None:
         """Leave the topic. Does not save a checkpoint."""
         if self._dlq is not None:
-            self._dlq.flush(30.0)
+            self._dlq.close()
         self._consumer.close()
 
     def __enter__(self) -> ControlReader:

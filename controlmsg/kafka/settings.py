@@ -10,7 +10,10 @@ Every command, job and demo resolves its client settings here, from (lowest prec
 Every setting passes to the clients untouched: nothing is filtered out, and a setting librdkafka does not
 know is an error that names it (and the file line it came from). :func:`for_client` only leaves out the
 settings librdkafka defines for the *other* kind of client (a consumer's ``isolation.level`` on a
-producer), which it would ignore with a warning.
+producer), which it would ignore with a warning, and adds the one thing every client controlmsg makes
+shares: librdkafka's own log lines (``FAIL`` when a broker is unreachable, ...) go to the Python logger
+:data:`CLIENT_LOGGER` (``controlmsg.kafka.client``) instead of straight to stderr, so an application
+decides where they land. They are served by the client's ``poll``/``consume``/``flush`` calls.
 
 When no setting names ``bootstrap.servers``, they are, in this order: ``$KAFKA_BOOTSTRAP_SERVERS``, the
 local broker of :mod:`controlmsg.testing.broker` if one is running, and, only where the caller asks for
@@ -21,6 +24,7 @@ when nothing else gives an address.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -30,6 +34,7 @@ from typing import Any, Final, Literal
 from controlmsg.errors import BrokerError, ConfigError
 
 __all__ = [
+    "CLIENT_LOGGER",
     "CONSUMER_ONLY",
     "PRODUCER_ONLY",
     "add_client_options",
@@ -67,12 +72,21 @@ PRODUCER_ONLY: Final = frozenset({
 })
 
 
+CLIENT_LOGGER: Final = logging.getLogger("controlmsg.kafka.client")
+"""Where librdkafka's log lines of every client made from :func:`for_client` go (syslog levels mapped to
+logging's: ``%3|...|FAIL|...`` is an ERROR record ``FAIL [rdkafka#consumer-1] ...``)."""
+
+
 def for_client(config: Mapping[str, Any], kind: Literal["producer", "consumer", "admin"]) -> dict[str, Any]:
     """``config`` for a client of ``kind``: everything, except the settings librdkafka defines for the other
-    kinds only (an admin client takes neither kind's). Unknown settings pass, so librdkafka names them."""
+    kinds only (an admin client takes neither kind's), with ``logger`` set to :data:`CLIENT_LOGGER` unless
+    ``config`` names one. Unknown settings pass, so librdkafka names them. Every Consumer, Producer and
+    AdminClient controlmsg creates takes its settings from here."""
     drop = (PRODUCER_ONLY if kind == "consumer" else CONSUMER_ONLY if kind == "producer"
             else PRODUCER_ONLY | CONSUMER_ONLY)
-    return {k: v for k, v in config.items() if k not in drop}
+    conf = {k: v for k, v in config.items() if k not in drop}
+    conf.setdefault("logger", CLIENT_LOGGER)
+    return conf
 
 
 def read_properties(path: str | Path) -> dict[str, str]:
@@ -149,6 +163,8 @@ def _culprit(config: Mapping[str, Any], kind: Literal["producer", "consumer"]) -
     from confluent_kafka import Consumer, KafkaException, Producer
 
     for key, value in for_client(config, kind).items():
+        if key == "logger":
+            continue
         conf = {key: value, "log_level": 0}
         try:
             if kind == "producer":

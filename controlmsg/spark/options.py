@@ -25,6 +25,14 @@ Readers also take ``partitionsPerTask`` (default 1), ``maxTasks``, ``batchRows``
 batch, default 10000) and, streaming only, ``maxOffsetsPerTrigger`` (at most this many records per
 micro-batch) and ``maxScanMs`` (how long the driver scans for one micro-batch, default 2000).
 
+Bad records (a value that is not JSON or not a JSON object, a field that does not fit its type, a key or
+raw value that is not UTF-8 but read as a string), as Spark's JSON and CSV sources name their modes:
+``mode`` ``FAILFAST`` (the default: the task fails naming topic, partition, offset and reason),
+``PERMISSIVE`` (the row is kept; the schema must declare the string or binary column
+``columnNameOfCorruptRecord``, default ``_corrupt_record``, which holds the record's value) or
+``DROPMALFORMED`` (the row is left out and the record written to ``deadLetterTopic``, which this mode
+requires; ``deadLetterTopic`` alone means this mode). See :mod:`controlmsg.spark.reading`.
+
 ``kafkaConfig`` names a client properties file (``key=value`` lines) read on the driver, under the
 ``kafka.*`` options: secrets can stay out of the query's options. ``bootstrapServers`` is accepted as an
 alias of ``kafka.bootstrap.servers``.
@@ -34,13 +42,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Final
 
 from controlmsg.core.durations import parse_duration
 
-__all__ = ["DEFAULT_PARTITIONS", "ReadOptions", "WriteOptions", "kafka_settings", "lower_keys"]
+__all__ = [
+    "DEFAULT_CORRUPT_COLUMN",
+    "DEFAULT_PARTITIONS",
+    "BadRecordMode",
+    "ReadOptions",
+    "WriteOptions",
+    "kafka_settings",
+    "lower_keys",
+]
 
 DEFAULT_PARTITIONS: Final = 4
+DEFAULT_CORRUPT_COLUMN: Final = "_corrupt_record"
 # librdkafka stops fetching a partition for fetch.queue.backoff.ms (default 1 s) whenever its local queue
 # is past queued.min.messages; a reader that drains fast then waits most of the time (measured: 135k
 # records/s with the default, 370k with 10 ms, bare consume() on a 2-core machine).
@@ -115,6 +133,38 @@ def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
     raise ValueError(f"option {name!r} must be true or false, got {text!r}")
 
 
+class BadRecordMode(Enum):
+    """What a reader does with a record that does not fit the DataFrame (option ``mode``)."""
+
+    FAILFAST = "FAILFAST"
+    """Fail the task with an error naming topic, partition, offset and reason."""
+    PERMISSIVE = "PERMISSIVE"
+    """Keep the row: fields that cannot be read are null, the corrupt-record column holds the value."""
+    DROPMALFORMED = "DROPMALFORMED"
+    """Leave the row out and write the record to the dead-letter topic."""
+
+
+def _bad_record_mode(opts: Mapping[str, str]) -> tuple[BadRecordMode, str | None]:
+    """``mode`` and ``deadLetterTopic``, checked together: a dropped record must land somewhere."""
+    dead_letters = opts.get("deadlettertopic") or None
+    text = opts.get("mode")
+    if not text:
+        mode = BadRecordMode.DROPMALFORMED if dead_letters else BadRecordMode.FAILFAST
+    else:
+        try:
+            mode = BadRecordMode(text.strip().upper())
+        except ValueError:
+            valid = ", ".join(m.value for m in BadRecordMode)
+            raise ValueError(f"option 'mode' must be one of {valid} (any case), got {text!r}") from None
+    if mode is BadRecordMode.DROPMALFORMED and dead_letters is None:
+        raise ValueError("mode DROPMALFORMED leaves bad records out of the DataFrame: give the option "
+                         "'deadLetterTopic' (an existing topic) to keep them there, or use mode PERMISSIVE")
+    if dead_letters is not None and mode is not BadRecordMode.DROPMALFORMED:
+        raise ValueError(f"the option 'deadLetterTopic' leaves bad records out of the DataFrame (mode "
+                         f"DROPMALFORMED); it cannot be combined with mode {mode.value}")
+    return mode, dead_letters
+
+
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
     """A reader's options. ``config`` holds the consumer settings (defaults first, then ``kafka.*``)."""
@@ -128,12 +178,16 @@ class ReadOptions:
     batch_rows: int
     max_offsets_per_trigger: int | None
     max_scan_ms: int
+    mode: BadRecordMode = BadRecordMode.FAILFAST
+    corrupt_column: str = DEFAULT_CORRUPT_COLUMN
+    dead_letter_topic: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
-        """Raises ``ValueError`` naming the option that is missing or wrong."""
+        """Raises ``ValueError`` naming the option that is missing or wrong (and the values it takes)."""
         opts = lower_keys(options)
         config = {**_CONSUMER_DEFAULTS, **kafka_settings(opts)}
+        mode, dead_letters = _bad_record_mode(opts)
         return cls(
             topic=_need(opts, "topic"),
             run_id=_need(opts, "runId"),
@@ -144,6 +198,9 @@ class ReadOptions:
             batch_rows=_positive_int(opts, "batchRows", 10_000) or 10_000,
             max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger", None),
             max_scan_ms=_positive_int(opts, "maxScanMs", 2000) or 2000,
+            mode=mode,
+            corrupt_column=opts.get("columnnameofcorruptrecord") or DEFAULT_CORRUPT_COLUMN,
+            dead_letter_topic=dead_letters,
         )
 
 

@@ -27,9 +27,33 @@ the topic in force when the record was read: the watermark at the start of the m
 the control messages read before the record on its own partition, and never above the watermark at the
 micro-batch's end; null until every upstream task has reported on every partition. JSON types map
 directly; timestamp and date fields take ISO-8601 strings, decimals numbers or strings, binary fields
-base64 strings. A value that does not fit its field fails the task with an error naming the field,
-topic and partitions; a value that is not a JSON object, or a key that is not UTF-8 read as a string,
-names the record's offset.
+base64 strings.
+
+**Bad records** are user records that do not fit the DataFrame: a value that is not JSON or not a JSON
+object, a field that does not fit its type, a key (``_key``/``key`` string) or raw value (``value``
+string) that is not UTF-8. Option ``mode``, in the sense of Spark's JSON and CSV sources:
+
+* ``FAILFAST`` (default): the task fails with a :class:`~controlmsg.errors.ReadError` naming topic,
+  partition and offset of the first bad record it reads, and the reason.
+* ``PERMISSIVE``: every row is kept. A value that is not a JSON object gives null JSON fields (``_partition``,
+  ``_offset`` and ``_key`` are filled as for any record); a field that
+  does not fit is null (the others are kept); a key that is not UTF-8 is given with those bytes written
+  ``\\xNN``. The schema must declare the corrupt-record column (``columnNameOfCorruptRecord``, default
+  ``_corrupt_record``), null for good records; for a bad one it holds the value (the upstream serde's
+  bytes): as they are in a ``binary`` column, as UTF-8 text with bytes that are not UTF-8 written
+  ``\\xNN`` in a ``string`` column. Without that column PERMISSIVE is refused, since the bad content would
+  be lost (Spark's own sources drop it silently), and so it is for the schema-less raw columns (read
+  ``key``/``value`` as binary instead: then no record is bad).
+* ``DROPMALFORMED``, or just the option ``deadLetterTopic``: the row is left out and the record written to
+  the dead-letter topic unchanged (the whole envelope, key and headers) plus the headers of
+  :mod:`controlmsg.kafka.deadletter` (reason, source topic, partition, offset): the format ``controlmsg
+  consume --dead-letter-topic`` writes. The topic must exist: planning fails otherwise, before any task.
+  A task has the broker acknowledge its dead letters before it hands Spark the batch they came out of, so
+  no record counts as read that is not in one place or the other. A retried task or a replayed
+  micro-batch writes its dead letters again: they are at least once (de-duplicate on the source topic,
+  partition and offset headers).
+
+Each reading task logs its first ten bad records (partition, offset, reason, where they went) and a count.
 """
 
 from __future__ import annotations
@@ -53,9 +77,11 @@ from controlmsg.core.codec import decode
 from controlmsg.core.naming import parse_task_name
 from controlmsg.errors import ControlMsgError, Location, ProtocolError, ReadError
 from controlmsg.kafka.admin import wait_for_topic
+from controlmsg.kafka.deadletter import DeadLetters, check_dead_letter_topic
 from controlmsg.kafka.reader import ControlReader, DataRecord
+from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import HEADER_RUN
-from controlmsg.spark.options import ReadOptions
+from controlmsg.spark.options import BadRecordMode, ReadOptions
 from controlmsg.spark.progress import Progress
 
 __all__ = [
@@ -76,7 +102,9 @@ _META_WATERMARK: Final = "_watermark"
 _POLL_S: Final = 0.1  # consume() waits for a whole batch or this: short polls keep a small stream moving
 _OFFSETS_FORMAT: Final = 1
 
-Builder = Callable[[list[DataRecord], str, "list[int | None] | None"], pa.RecordBatch]
+Built = tuple[pa.RecordBatch, "list[tuple[DataRecord, str]]"]
+"""A batch, and the bad records set aside while building it (with their reasons, in reading order)."""
+Builder = Callable[[list[DataRecord], str, "list[int | None] | None"], Built]
 
 
 class EndOfStreamTimeout(ControlMsgError):
@@ -102,12 +130,30 @@ def _arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def _builder(schema: StructType) -> tuple[Builder, bool]:
-    """The batch builder for ``schema`` and whether it has a ``_watermark`` field."""
+def _builder(schema: StructType, opts: ReadOptions) -> tuple[Builder, bool]:
+    """The batch builder for ``schema`` and whether it has a ``_watermark`` field. Raises ``ValueError``
+    (at planning time) for a schema the bad-record options cannot work with."""
     arrow_schema = _arrow_schema(schema)
-    if tuple(schema.fieldNames()) == _RAW_NAMES:
-        return _raw_builder(arrow_schema), False
-    return _json_builder(arrow_schema), _META_WATERMARK in schema.fieldNames()
+    names = schema.fieldNames()
+    raw = tuple(names) == _RAW_NAMES
+    corrupt = opts.corrupt_column if opts.corrupt_column in names else None
+    binary = False
+    if corrupt is not None:
+        ctype = arrow_schema.field(corrupt).type
+        if not (pa.types.is_string(ctype) or pa.types.is_large_string(ctype) or pa.types.is_binary(ctype)):
+            raise ValueError(f"the corrupt-record column {corrupt!r} must be of type string or binary, not "
+                             f"{schema[corrupt].dataType.simpleString()}")
+        binary = pa.types.is_binary(ctype)
+    if opts.mode is BadRecordMode.PERMISSIVE and (raw or corrupt is None):
+        raise ValueError(
+            "mode PERMISSIVE keeps a bad record's row and its value in the corrupt-record column, and nothing may "
+            f"be lost: declare the column in the schema ('{opts.corrupt_column} string', or binary; see the option "
+            "columnNameOfCorruptRecord)" + (" next to the JSON fields; without a schema, read key and value as "
+                                            "binary and no record is bad" if raw else ""))
+    policy = _Policy(opts.mode, corrupt, binary)
+    if raw:
+        return _raw_builder(arrow_schema, policy), False
+    return _json_builder(arrow_schema, policy), _META_WATERMARK in names
 
 
 # ---------------------------------------------------------------------------------------------- batch
@@ -120,13 +166,16 @@ class BatchReader(DataSourceReader):
         if _META_WATERMARK in schema.fieldNames():
             raise ValueError("the field '_watermark' is filled by readStream only; a batch read ends at end of "
                              "stream, where every window can close")
+        _builder(schema, options)  # refuse a schema that cannot be built, at planning time
         self.opts = options
         self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
-        """Runs at planning time: waits for the topic (up to ``timeout``), then groups its partitions."""
+        """Runs at planning time: waits for the topic (up to ``timeout``), checks that the dead-letter
+        topic exists (if any), then groups the partitions."""
         opts = self.opts
         count = wait_for_topic(dict(opts.config), opts.topic, opts.timeout)
+        _check_dead_letters(opts)
         return [TopicPartitions(group) for group in _groups(range(count), opts)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -146,7 +195,7 @@ def _read_to_end(opts: ReadOptions, schema: StructType, partitions: list[int]) -
     """Read ``partitions`` to end of stream, yielding Arrow batches of ``schema`` (runs in a worker)."""
     started = time.monotonic()
     deadline = None if opts.timeout is None else started + opts.timeout
-    build, _ = _builder(schema)
+    build, _ = _builder(schema, opts)
     reader = ControlReader(
         dict(opts.config),
         opts.topic,
@@ -157,6 +206,7 @@ def _read_to_end(opts: ReadOptions, schema: StructType, partitions: list[int]) -
         topic_timeout=opts.timeout if opts.timeout is not None else 30.0,
     )
     progress = Progress(f"reader {opts.topic} partitions {partitions}")
+    aside = _SetAside(opts, progress)
     try:
         pending: list[DataRecord] = []
         tracker = reader.tracker
@@ -175,11 +225,17 @@ def _read_to_end(opts: ReadOptions, schema: StructType, partitions: list[int]) -
                     pending.append(item)
                     records += 1
             if len(pending) >= opts.batch_rows:
-                yield build(pending, opts.topic, None)
+                batch = aside.take(build(pending, opts.topic, None))
+                if batch is not None:
+                    yield batch
                 pending = []
         if pending:
-            yield build(pending, opts.topic, None)
+            batch = aside.take(build(pending, opts.topic, None))
+            if batch is not None:
+                yield batch
+        aside.finish()
     finally:
+        aside.close()
         reader.close()
 
 
@@ -221,7 +277,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.opts = options
         self.schema = schema
-        _builder(schema)  # refuse a schema that cannot be built, at planning time
+        _builder(schema, options)  # refuse a schema that cannot be built, at planning time
         self._available_now = False
         self._started = time.monotonic()
         self._consumer: Consumer | None = None
@@ -282,6 +338,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _topic_partitions(self) -> list[int]:
         if self._partitions is None:
             count = wait_for_topic(dict(self.opts.config), self.opts.topic, self.opts.timeout)
+            _check_dead_letters(self.opts)
             self._partitions = list(range(count))
         return self._partitions
 
@@ -386,7 +443,7 @@ def _positions(offset: dict[str, Any]) -> dict[int, int]:
 
 
 def _consumer_conf(opts: ReadOptions, *, eof: bool) -> dict[str, Any]:
-    return {
+    return for_client({
         "group.id": f"controlmsg-stream-{opts.topic}",  # never joins nor commits: assign() only
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
@@ -395,13 +452,13 @@ def _consumer_conf(opts: ReadOptions, *, eof: bool) -> dict[str, Any]:
         "auto.offset.reset": "error",
         "enable.partition.eof": eof,
         **dict(opts.config),
-    }
+    }, "consumer")
 
 
 def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Iterator[pa.RecordBatch]:
     """Read the planned ``[start, end)`` offsets of some partitions (runs in a worker). The driver has read
     them already, so every offset up to ``end - 1`` that ``read_committed`` delivers is there."""
-    build, with_watermark = _builder(schema)
+    build, with_watermark = _builder(schema, opts)
     topic = opts.topic
     run = opts.run_id.encode()
     end = {p: stop for p, _, stop in part.ranges}
@@ -419,6 +476,7 @@ def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Ite
     last_record = time.monotonic()
     pending: list[DataRecord] = []
     pending_marks: list[int | None] | None = [] if with_watermark else None
+    aside = _SetAside(opts, Progress(f"reader {topic} partitions {sorted(end)}"))
     try:
         while open_parts:
             try:
@@ -447,7 +505,7 @@ def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Ite
                 if value and value[0] == 0:
                     if not _same_run(msg, run):
                         continue
-                    pending.append(DataRecord(p, off, msg.key(), value[1:]))
+                    pending.append(DataRecord(p, off, msg.key(), value[1:], msg))
                     if pending_marks is not None:
                         pending_marks.append(marks[p])
                 elif with_watermark:
@@ -456,12 +514,18 @@ def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Ite
                     trackers[p].on_control(p, decoded, off)
                     marks[p] = _capped(trackers[p].emitted_watermark, part.end_watermark)
             if len(pending) >= opts.batch_rows:
-                yield build(pending, topic, pending_marks)
+                batch = aside.take(build(pending, topic, pending_marks))
+                if batch is not None:
+                    yield batch
                 pending = []
                 pending_marks = [] if with_watermark else None
         if pending:
-            yield build(pending, topic, pending_marks)
+            batch = aside.take(build(pending, topic, pending_marks))
+            if batch is not None:
+                yield batch
+        aside.finish()
     finally:
+        aside.close()
         consumer.close()
 
 
@@ -537,66 +601,202 @@ def _timeout_error(opts: ReadOptions, tracker: InputTracker, partitions: list[in
     return EndOfStreamTimeout(message, statuses)
 
 
+# ---------------------------------------------------------------------------------------------- bad records
+
+
+_LOGGED_BAD: Final = 10
+
+
+def _check_dead_letters(opts: ReadOptions) -> None:
+    if opts.dead_letter_topic is not None:
+        check_dead_letter_topic(dict(opts.config), opts.dead_letter_topic, opts.timeout or 10.0)
+
+
+class _SetAside:
+    """What one reading task does with the bad records its batches set aside: logs the first
+    :data:`_LOGGED_BAD` (topic, partition, offset, reason) and counts the rest; under DROPMALFORMED writes
+    each to the dead-letter topic, and has the broker acknowledge them before the batch they were taken
+    out of goes to Spark, so no record counts as handled that was not."""
+
+    def __init__(self, opts: ReadOptions, progress: Progress) -> None:
+        self.opts = opts
+        self.progress = progress
+        self.count = 0
+        self._letters: DeadLetters | None = None
+
+    def take(self, built: Built) -> pa.RecordBatch | None:
+        """The batch of ``built`` once its bad records are handled (``None`` if it has no row left).
+        Blocks until the dead-letter topic acknowledged them; raises DeliveryError when it did not."""
+        batch, aside = built
+        if aside:
+            topic = self.opts.topic
+            dead_letters = self.opts.dead_letter_topic
+            for record, reason in aside:
+                self.count += 1
+                if self.count <= _LOGGED_BAD:
+                    where = (f"written to dead-letter topic {dead_letters!r}" if dead_letters is not None
+                             else f"kept in column {self.opts.corrupt_column!r}")
+                    self.progress.log(f"bad record at partition {record.partition} offset {record.offset}: "
+                                      f"{reason}; {where}")
+                if dead_letters is not None:
+                    if self._letters is None:
+                        self._letters = DeadLetters(dict(self.opts.config), dead_letters)
+                    msg = record.message
+                    value = msg.value() if msg is not None else bytes([0]) + record.payload
+                    self._letters.send(value, record.key, msg.headers() if msg is not None else None, reason,
+                                       Location(topic, record.partition, record.offset))
+            if self._letters is not None:
+                self._letters.flush(topic)
+        return batch if batch.num_rows else None
+
+    def finish(self) -> None:
+        """At the end of a task that read everything: one line with the count, if any was bad."""
+        if self.count > _LOGGED_BAD:
+            self.progress.log(f"{self.count} bad records in all ({self.count - _LOGGED_BAD} not logged one by one)")
+
+    def close(self) -> None:
+        if self._letters is not None:
+            self._letters.close()
+
+
 # ---------------------------------------------------------------------------------------------- batches
 
+_FIT_ERRORS: Final = (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError, ArithmeticError)
+_HINT: Final = ("; to read past such records, set the option deadLetterTopic (they go there) or mode PERMISSIVE "
+                "(their rows are kept)")
 
-def _keys_as_text(records: list[DataRecord], topic: str) -> list[str | None]:
+
+@dataclass(frozen=True, slots=True)
+class _Policy:
+    """How a builder treats bad records: ``mode``, and the corrupt-record column when the schema has it."""
+
+    mode: BadRecordMode
+    corrupt: str | None
+    corrupt_binary: bool
+
+
+Columns = Callable[[list[DataRecord], str, "list[int | None] | None", dict[int, str]], "list[pa.Array | None]"]
+"""Builds a batch's columns from its records (and ``_watermark`` values), entering each bad record's index
+and reason in the dict; ``None`` stands for the corrupt-record column, which the builder fills."""
+
+
+def _settling(schema: pa.Schema, policy: _Policy, columns: Columns) -> Builder:
+    """A builder that applies ``policy`` to what ``columns`` found bad.
+
+    FAILFAST raises :class:`ReadError` for the first bad record of the batch (in reading order), naming
+    topic, partition, offset and reason. DROPMALFORMED builds the batch from the good records only.
+    PERMISSIVE keeps every row (``columns`` has nulled what could not be read) and puts the value of each
+    bad record in the corrupt-record column. The records set aside (all but FAILFAST) are returned with
+    their reasons, in reading order."""
+
+    def build(records: list[DataRecord], topic: str, marks: list[int | None] | None) -> Built:
+        bad: dict[int, str] = {}
+        arrays = columns(records, topic, marks, bad)
+        if bad:
+            first = min(bad)
+            if policy.mode is BadRecordMode.FAILFAST:
+                r = records[first]
+                raise ReadError(f"topic {topic!r} partition {r.partition} offset {r.offset}: {bad[first]}{_HINT}")
+            aside = [(records[i], bad[i]) for i in sorted(bad)]
+            if policy.mode is BadRecordMode.DROPMALFORMED:
+                keep = [i for i in range(len(records)) if i not in bad]
+                batch, again = build([records[i] for i in keep], topic,
+                                     None if marks is None else [marks[i] for i in keep])
+                if again:  # a record good on its own but not with the others: no way to tell which to drop
+                    raise ReadError(f"topic {topic!r} partitions {_parts(records)}: cannot make a batch of the "
+                                    f"records that fit the schema: {again[0][1]}")
+                return batch, aside
+        else:
+            aside = []
+        if policy.corrupt is not None:  # the schema has the column: null but for the bad records' values
+            ctype = schema.field(policy.corrupt).type
+            corrupt = (pa.array([_raw_value(records[i], policy.corrupt_binary) if i in bad else None
+                                 for i in range(len(records))], pa.binary() if policy.corrupt_binary else pa.string())
+                       .cast(ctype) if bad else pa.nulls(len(records), ctype))
+            arrays = [corrupt if a is None else a for a in arrays]
+        return pa.RecordBatch.from_arrays(arrays, schema=schema), aside
+
+    return build
+
+
+def _raw_value(record: DataRecord, binary: bool) -> bytes | str:
+    """A bad record's value for the corrupt-record column: the user serde's bytes as they are (binary
+    column), or as UTF-8 text with every byte that is not UTF-8 written ``\\xNN`` (string column)."""
+    return record.payload if binary else record.payload.decode("utf-8", "backslashreplace")
+
+
+def _keys_as_text(records: list[DataRecord], bad: dict[int, str], escape: bool) -> list[str | None]:
+    """Keys as UTF-8 text; a key that is not UTF-8 is bad, and given with its bytes escaped (``\\xNN``)
+    when ``escape``, else as null."""
     out: list[str | None] = []
-    for r in records:
+    for i, r in enumerate(records):
         if r.key is None:
             out.append(None)
             continue
         try:
             out.append(r.key.decode("utf-8"))
         except UnicodeDecodeError:
-            raise ReadError(
-                f"topic {topic!r} partition {r.partition} offset {r.offset}: the key is not UTF-8 text; "
-                "declare the key field as binary to read it as bytes") from None
+            bad.setdefault(i, "the key is not UTF-8 text; declare the key field as binary to read it as bytes")
+            out.append(r.key.decode("utf-8", "backslashreplace") if escape else None)
     return out
 
 
-def _raw_builder(schema: pa.Schema) -> Builder:
+def _raw_builder(schema: pa.Schema, policy: _Policy) -> Builder:
     key_type = schema.field("key").type
     value_type = schema.field("value").type
 
-    def build(records: list[DataRecord], topic: str, _marks: list[int | None] | None) -> pa.RecordBatch:
-        try:
-            keys = (pa.array([r.key for r in records], pa.binary()) if pa.types.is_binary(key_type)
-                    else pa.array(_keys_as_text(records, topic), pa.string()).cast(key_type))
-            values = pa.array([r.payload for r in records], pa.binary())
-            arrays = [
-                pa.array([r.partition for r in records], schema.field("partition").type),
-                pa.array([r.offset for r in records], schema.field("offset").type),
-                keys,
-                values if pa.types.is_binary(value_type) else values.cast(value_type),
-            ]
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise ReadError(f"topic {topic!r} partitions {_parts(records)}: cannot make a batch: {exc}") from exc
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    def columns(records: list[DataRecord], _topic: str, _marks: list[int | None] | None,
+                bad: dict[int, str]) -> list[pa.Array | None]:
+        keys = (pa.array([r.key for r in records], pa.binary()) if pa.types.is_binary(key_type)
+                else pa.array(_keys_as_text(records, bad, escape=False), pa.string()).cast(key_type))
+        values = pa.array([r.payload for r in records], pa.binary())
+        if not pa.types.is_binary(value_type):
+            try:
+                values = values.cast(value_type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                texts: list[str | None] = []
+                for i, r in enumerate(records):
+                    try:
+                        texts.append(r.payload.decode("utf-8"))
+                    except UnicodeDecodeError:
+                        bad.setdefault(i, "the value is not UTF-8 text; declare the value field as binary to "
+                                          "read it as bytes")
+                        texts.append(None)
+                values = pa.array(texts, pa.string()).cast(value_type)
+        return [
+            pa.array([r.partition for r in records], schema.field("partition").type),
+            pa.array([r.offset for r in records], schema.field("offset").type),
+            keys,
+            values,
+        ]
 
-    return build
+    return _settling(schema, policy, columns)
 
 
-def _json_builder(schema: pa.Schema) -> Builder:
+def _json_builder(schema: pa.Schema, policy: _Policy) -> Builder:
     loads = orjson.loads
+    escape_keys = policy.mode is BadRecordMode.PERMISSIVE
 
-    def build(records: list[DataRecord], topic: str, marks: list[int | None] | None) -> pa.RecordBatch:
+    def columns(records: list[DataRecord], topic: str, marks: list[int | None] | None,
+                bad: dict[int, str]) -> list[pa.Array | None]:
         try:
             objects = [loads(r.payload) for r in records]
         except orjson.JSONDecodeError:
-            bad = next(r for r in records if not _is_json(r.payload))
-            raise ReadError(
-                f"topic {topic!r} partition {bad.partition} offset {bad.offset}: the value is not JSON"
-            ) from None
-        for obj, rec in zip(objects, records, strict=True):
+            objects = [_loads_or_none(r.payload) for r in records]
+            for i, obj in enumerate(objects):
+                if obj is _NOT_JSON:
+                    bad[i] = "the value is not JSON"
+        for i, obj in enumerate(objects):
             if type(obj) is not dict:
-                raise ReadError(
-                    f"topic {topic!r} partition {rec.partition} offset {rec.offset}: the value is a JSON "
-                    f"{type(obj).__name__}, not an object"
-                )
-        arrays = []
+                if i not in bad:
+                    bad[i] = f"the value is a JSON {type(obj).__name__}, not an object"
+                objects[i] = _NO_FIELDS
+        arrays: list[pa.Array | None] = []
         for field in schema:
             name = field.name
+            if name == policy.corrupt:
+                arrays.append(None)
+                continue
             if name == _META_PARTITION:
                 values: list[Any] = [r.partition for r in records]
             elif name == _META_OFFSET:
@@ -605,22 +805,52 @@ def _json_builder(schema: pa.Schema) -> Builder:
                 if pa.types.is_binary(field.type):
                     arrays.append(pa.array([r.key for r in records], field.type))
                     continue
-                values = _keys_as_text(records, topic)
+                values = _keys_as_text(records, bad, escape_keys)
             elif name == _META_WATERMARK and marks is not None:
                 arrays.append(pa.array(marks, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(field.type))
                 continue
             else:
                 values = [o.get(name) for o in objects]
-            try:
-                arrays.append(_to_arrow(values, field.type))
-            except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError, ArithmeticError) as exc:
-                raise ReadError(
-                    f"topic {topic!r} partitions {_parts(records)}: field {name!r} does not fit type "
-                    f"{field.type}: {exc}"
-                ) from exc
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+            arrays.append(_column(values, field, records, topic, bad))
+        return arrays
 
-    return build
+    return _settling(schema, policy, columns)
+
+
+_NOT_JSON: Final = object()
+_NO_FIELDS: Final[dict[str, Any]] = {}
+
+
+def _loads_or_none(payload: bytes) -> Any:
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return _NOT_JSON
+
+
+def _column(values: list[Any], field: pa.Field, records: list[DataRecord], topic: str,
+            bad: dict[int, str]) -> pa.Array:
+    """``values`` as an Arrow array of ``field``'s type. When some do not fit, each of them is entered in
+    ``bad`` with the reason and made null. Raises :class:`ReadError` when the column does not fit while
+    every value fits on its own."""
+    try:
+        return _to_arrow(values, field.type)
+    except _FIT_ERRORS as exc:
+        misfits = []
+        for i, value in enumerate(values):
+            if value is None:
+                continue
+            try:
+                _to_arrow([value], field.type)
+            except _FIT_ERRORS as one:
+                misfits.append(i)
+                bad.setdefault(i, f"field {field.name!r} does not fit type {field.type}: {one}")
+        if not misfits:
+            raise ReadError(f"topic {topic!r} partitions {_parts(records)}: field {field.name!r} does not fit type "
+                            f"{field.type}: {exc}") from exc
+        for i in misfits:
+            values[i] = None
+        return _to_arrow(values, field.type)
 
 
 def _to_arrow(values: list[Any], dtype: pa.DataType) -> pa.Array:
@@ -631,14 +861,6 @@ def _to_arrow(values: list[Any], dtype: pa.DataType) -> pa.Array:
     if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
         return pa.array([None if v is None else base64.b64decode(v, validate=True) for v in values], dtype)
     return pa.array(values, dtype)
-
-
-def _is_json(payload: bytes) -> bool:
-    try:
-        orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return False
-    return True
 
 
 def _parts(records: list[DataRecord]) -> list[int]:

@@ -3,6 +3,9 @@ the local broker; a clear error when there is none. No broker is started here.""
 
 from __future__ import annotations
 
+import logging
+import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -89,14 +92,51 @@ def test_unknown_or_refused_settings_are_named(tmp_path: Path) -> None:
 
 
 def test_each_client_gets_everything_but_the_other_kinds_settings() -> None:
-    from controlmsg.kafka.settings import for_client
+    from controlmsg.kafka.settings import CLIENT_LOGGER, for_client
 
     config = {"bootstrap.servers": "b:1", "sasl.password": "s", "enable.ssl.certificate.verification": "false",
               "oauthbearer_token_refresh_cb": "cb", "linger.ms": "5", "isolation.level": "read_committed"}
-    assert for_client(config, "producer") == {k: v for k, v in config.items() if k != "isolation.level"}
-    assert for_client(config, "consumer") == {k: v for k, v in config.items() if k != "linger.ms"}
-    assert for_client(config, "admin") == {k: v for k, v in config.items()
-                                           if k not in ("linger.ms", "isolation.level")}
+    log = {"logger": CLIENT_LOGGER}
+    assert for_client(config, "producer") == {**{k: v for k, v in config.items() if k != "isolation.level"}, **log}
+    assert for_client(config, "consumer") == {**{k: v for k, v in config.items() if k != "linger.ms"}, **log}
+    assert for_client(config, "admin") == {**{k: v for k, v in config.items()
+                                              if k not in ("linger.ms", "isolation.level")}, **log}
+    own = logging.getLogger("mine")
+    assert for_client({**config, "logger": own}, "consumer")["logger"] is own
+
+
+def test_librdkafka_log_lines_go_through_python_logging(caplog: pytest.LogCaptureFixture,
+                                                        capfd: pytest.CaptureFixture[str]) -> None:
+    """A client of nothing (a closed port) makes librdkafka log ``FAIL``: it reaches the logger, not
+    stderr. Every client kind controlmsg makes takes its settings from :func:`for_client`."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient
+
+    from controlmsg.kafka.settings import for_client
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        nowhere = f"127.0.0.1:{s.getsockname()[1]}"  # bound, never listening: connections are refused
+        config = {"bootstrap.servers": nowhere, "reconnect.backoff.max.ms": "100"}
+        with caplog.at_level(logging.DEBUG, logger="controlmsg.kafka.client"):
+            for kind in ("producer", "consumer", "admin"):
+                caplog.clear()
+                deadline = time.monotonic() + 10
+                if kind == "producer":
+                    producer = Producer(for_client(config, "producer"))
+                    while not caplog.records and time.monotonic() < deadline:
+                        producer.poll(0.2)
+                elif kind == "consumer":
+                    consumer = Consumer({**for_client(config, "consumer"), "group.id": "g"})
+                    while not caplog.records and time.monotonic() < deadline:
+                        consumer.poll(0.2)
+                    consumer.close()
+                else:
+                    admin = AdminClient(for_client(config, "admin"))
+                    while not caplog.records and time.monotonic() < deadline:
+                        admin.poll(0.2)
+                assert any("Connection refused" in r.getMessage() for r in caplog.records), kind
+    assert "|FAIL|" not in capfd.readouterr().err
 
 
 def test_written_properties_read_back_and_stay_private(tmp_path: Path) -> None:
