@@ -26,7 +26,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -72,9 +74,43 @@ PRODUCER_ONLY: Final = frozenset({
 })
 
 
+# What varies between two log lines that say the same thing: timings, client instance numbers.
+_VARYING: Final = re.compile(r"after \d+ms|#(?:producer|consumer)-\d+|\d+(?:\.\d+)?\s?ms")
+
+
+class RepeatFilter(logging.Filter):
+    """Lets a log line through once per ``every`` seconds per kind of line (its text without timings and
+    client instance numbers: the same refused connection to the same broker); the next one that passes
+    says how many were held back. A broker that restarts makes librdkafka log a refused connection every
+    few milliseconds per client; one line per ten seconds tells the same story. Thread-safe enough for
+    logging (a lost count under a race is harmless)."""
+
+    def __init__(self, every: float = 10.0) -> None:
+        super().__init__()
+        self.every = every
+        self._last: dict[str, tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        kind = record.name + _VARYING.sub("", text)[:300]
+        now = time.monotonic()
+        seen = self._last.get(kind)
+        if seen is not None and now - seen[0] < self.every:
+            self._last[kind] = (seen[0], seen[1] + 1)
+            return False
+        if len(self._last) > 1000:
+            self._last.clear()
+        self._last[kind] = (now, 0)
+        if seen is not None and seen[1]:
+            record.msg, record.args = f"{text} ({seen[1]} like it in the last {now - seen[0]:.0f} s)", None
+        return True
+
+
 CLIENT_LOGGER: Final = logging.getLogger("controlmsg.kafka.client")
 """Where librdkafka's log lines of every client made from :func:`for_client` go (syslog levels mapped to
-logging's: ``%3|...|FAIL|...`` is an ERROR record ``FAIL [rdkafka#consumer-1] ...``)."""
+logging's: ``%3|...|FAIL|...`` is an ERROR record ``FAIL [rdkafka#consumer-1] ...``), each kind of line
+at most once per 10 s (:class:`RepeatFilter`)."""
+CLIENT_LOGGER.addFilter(RepeatFilter())
 
 
 def for_client(config: Mapping[str, Any], kind: Literal["producer", "consumer", "admin"]) -> dict[str, Any]:

@@ -150,3 +150,23 @@ def test_written_properties_read_back_and_stay_private(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     write_properties({"bootstrap.servers": "c:2"}, path)  # written anew
     assert read_properties(path) == {"bootstrap.servers": "c:2"}
+
+
+def test_repeated_client_log_lines_pass_once_per_interval_with_a_count() -> None:
+    import logging
+
+    from controlmsg.kafka.settings import RepeatFilter
+
+    def line(ms: int, broker: str = "127.0.0.1:1") -> logging.LogRecord:
+        text = (f"FAIL [rdkafka#producer-{ms % 3}] [thrd:{broker}/bootstrap]: {broker}/bootstrap: Connect to "
+                f"{broker} failed: Connection refused (after {ms}ms in state CONNECT)")
+        return logging.LogRecord("controlmsg.kafka.client", logging.ERROR, __file__, 1, text, None, None)
+
+    repeat = RepeatFilter(every=0.2)
+    assert repeat.filter(line(0))
+    assert not any(repeat.filter(line(i)) for i in range(1, 50))  # the same line, other numbers
+    assert repeat.filter(line(7, broker="10.0.0.2:9092"))  # another broker's line is another kind
+    time.sleep(0.25)
+    last = line(99)
+    assert repeat.filter(last)
+    assert last.getMessage().endswith("(49 like it in the last 0 s)")
