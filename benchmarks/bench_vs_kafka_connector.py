@@ -107,11 +107,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "spark.kafka.producer.cache.timeout": "1s", "spark.kafka.producer.cache.evictorThreadRunInterval": "1s"})
         jars = resolved_jars(spark)
     except Exception as exc:
-        print(f"\nbench_vs_kafka_connector: cannot start Spark with the connector {package}: {exc}\n"
-              f"It must be the connector of the installed Spark version ({pyspark.__version__}); Spark's lines "
-              "above say whether it could be resolved. The connector is published for released Spark versions "
-              "only (4.2.0 is the newest published for pyspark 4.x when this was written): run the benchmark "
-              "in an environment with such a pyspark, e.g. pip install 'pyspark==4.2.0'.", file=sys.stderr)
+        print(f"\nbench_vs_kafka_connector: this needs Spark's Kafka connector at the installed Spark version "
+              f"(pyspark {pyspark.__version__}), {package}, and Spark did not start with it: {exc}\n"
+              "Spark's lines above say whether it could be resolved. The connector is published for released "
+              "Spark versions only (4.2.0 is the newest for pyspark 4.x when this was written): run the "
+              "benchmark in an environment with such a pyspark, e.g. pip install 'pyspark==4.2.0'.",
+              file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="controlmsg-bench-vs-"))
     started_load = load_average()
