@@ -19,24 +19,16 @@ import time
 from pathlib import Path
 
 import orjson
-from common import Cluster, add_cluster_options, kafka_cluster
+from common import Cluster, add_cluster_options, kafka_cluster, synthetic_events
 
 
 def generate(path: Path, events: int, master: str, keys: int) -> float:
     """Write ``events`` synthetic events (skewed keys over 30 days, some nulls) as Parquet; return seconds."""
-    from pyspark.sql import functions as F
-
     from controlmsg.spark import spark_session
 
     spark = spark_session(master, "controlmsg-bench-generate")
     started = time.monotonic()
-    df = spark.range(events, numPartitions=4).select(
-        F.concat(F.lit("user-"), (F.pow(F.rand(7), F.lit(3)) * keys).cast("int").cast("string")).alias("user"),
-        (F.lit(1_764_547_200_000) + (F.rand(11) * 30 * 86_400_000).cast("long")).alias("event_time"),
-        F.when(F.rand(13) < 0.02, F.lit(None)).otherwise(F.round(F.rand(17) * 100, 2)).alias("amount"),
-        (F.rand(19) * 5 + 1).cast("int").alias("items"),
-    )
-    df.write.mode("overwrite").parquet(str(path))
+    synthetic_events(spark, events, keys).write.mode("overwrite").parquet(str(path))
     seconds = time.monotonic() - started
     spark.stop()
     return seconds

@@ -32,9 +32,8 @@ from typing import Any
 
 import confluent_kafka
 import orjson
-from common import add_cluster_options, kafka_cluster
+from common import add_cluster_options, delete_topics, kafka_cluster, load_average
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from controlmsg.core.codec import decode, encode_control, encode_json
 from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
@@ -167,19 +166,7 @@ class Topics:
             c.close()
 
     def delete_all(self) -> None:
-        if not self.created:
-            return
-        admin = AdminClient(self.conf)  # keep it alive until the futures resolve
-        futures = admin.delete_topics(self.created, operation_timeout=30)
-        for name, f in futures.items():
-            try:
-                f.result(30)
-            except Exception as exc:
-                print(f"warning: cannot delete topic {name}: {exc}", file=sys.stderr)
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+        delete_topics(self.conf, self.created)
 
 
 def machine_info() -> None:
@@ -193,7 +180,7 @@ def machine_info() -> None:
     ck_version = ck[0] if isinstance(ck, tuple) else ck
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"machine: {platform.platform()}; cpu: {cpu_model}; cores: {os.cpu_count()} (usable {usable}); "
-          f"load average {load()} (other work on the machine skews every rate)")
+          f"load average {load_average()} (other work on the machine skews every rate)")
     print(f"python {platform.python_version()} ({platform.python_implementation()}); "
           f"confluent-kafka {ck_version}; librdkafka {confluent_kafka.libversion()[0]}; "
           f"orjson {orjson.__version__}")
@@ -499,7 +486,7 @@ def main() -> None:
 
     # summary ---------------------------------------------------------------------------------------------
     print(f"\nsummary ({n:,} records, {rounds} alternating rounds for Kafka, {max(rounds, 7)} for the codec; total "
-          f"{perf() - started:.0f} s; load average now {load()}). ratio: best rate / best rate; median ratio: "
+          f"{perf() - started:.0f} s; load average now {load_average()}). ratio: best rate / best rate; median ratio: "
           "median / median")
     head = f"{'measure':<30} | {'controlmsg rec/s':>16} | {'baseline rec/s':>14} | {'ratio':>5} | " \
            f"{'median ratio':>12} | {'goal':>6} | met?"

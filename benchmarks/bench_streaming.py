@@ -105,7 +105,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
-from common import Cluster, add_cluster_options, kafka_cluster
+from common import Cluster, add_cluster_options, kafka_cluster, load_average
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -127,10 +127,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile (``q`` in (0, 1]) of a non-empty sequence."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
 
 
 def _descendants(root: int) -> list[int]:
@@ -720,7 +716,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     work = Path(tempfile.mkdtemp(prefix="controlmsg-bench-streaming-"))
     with kafka_cluster(args) as cluster:
-        print(f"bench_streaming: {os.cpu_count()} cores (load {load()}), broker {cluster.servers}, "
+        print(f"bench_streaming: {os.cpu_count()} cores (load {load_average()}), broker {cluster.servers}, "
               f"master {args.master}, {args.partitions} partitions, {args.tasks} tasks per application; logs in {work}")
         print(f"windows {args.window}, watermark/commit interval {args.watermark_interval}, disorder "
               f"{args.disorder}, allowed lateness {args.allowed_lateness}, {args.keys} keys", flush=True)

@@ -16,8 +16,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from controlmsg.kafka.settings import add_client_options, client_config_from_args, write_properties
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+DAY_MS = 86_400_000
+EVENTS_START_MS = 1_764_547_200_000  # 2025-12-01T00:00:00Z, the first day of the synthetic events
 
 
 def free_port() -> int:
@@ -78,3 +85,40 @@ def kafka_cluster(args: argparse.Namespace) -> Iterator[Cluster]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as text ("?" where the system has none)."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+
+
+def delete_topics(config: dict[str, str], topics: list[str]) -> None:
+    """Delete ``topics``, warning on stderr about any that cannot be deleted."""
+    if not topics:
+        return
+    import sys
+
+    from confluent_kafka.admin import AdminClient
+
+    settings: dict[str, Any] = dict(config)
+    admin = AdminClient(settings)  # keep it alive until the futures resolve
+    futures = admin.delete_topics(topics, operation_timeout=30)
+    for name, f in futures.items():
+        try:
+            f.result(30)
+        except Exception as exc:
+            print(f"warning: cannot delete topic {name}: {exc}", file=sys.stderr)
+
+
+def synthetic_events(spark: SparkSession, events: int, keys: int, days: int = 30) -> DataFrame:
+    """``events`` synthetic click events: ``user`` (``user-<n>``, ``keys`` users skewed towards low
+    numbers: n = keys * U^3), ``event_time`` (epoch ms, uniform over ``days`` days from
+    :data:`EVENTS_START_MS`), ``amount`` (2% null) and ``items`` (1..5). Deterministic (fixed seeds)."""
+    from pyspark.sql import functions as F
+
+    return spark.range(events, numPartitions=4).select(
+        F.concat(F.lit("user-"), (F.pow(F.rand(7), F.lit(3)) * keys).cast("int").cast("string")).alias("user"),
+        (F.lit(EVENTS_START_MS) + (F.rand(11) * days * DAY_MS).cast("long")).alias("event_time"),
+        F.when(F.rand(13) < 0.02, F.lit(None)).otherwise(F.round(F.rand(17) * 100, 2)).alias("amount"),
+        (F.rand(19) * 5 + 1).cast("int").alias("items"),
+    )

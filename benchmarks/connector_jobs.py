@@ -1,0 +1,175 @@
+"""The windowed count's three stages done with Spark's own Kafka connector, and the one plain batch query.
+
+    python benchmarks/connector_jobs.py ingest --input F --topic T --key COL --event-time COL --sum COL ...
+    python benchmarks/connector_jobs.py window --input-topic T --output-topic U --window 1h --schema DDL ...
+    python benchmarks/connector_jobs.py sink --input-topic U --output F.csv --schema DDL ...
+    python benchmarks/connector_jobs.py batch --input F --output F.csv --key COL --event-time COL --window 1h ...
+
+Each call is its own Spark application, as an orchestrator would run the stages one after another; the
+connector (``org.apache.spark:spark-sql-kafka-0-10_<scala>`` at the installed Spark version) comes from
+``--jars`` (its jar files, as on a cluster that has them installed), else from ``spark.jars.packages``.
+The stages do what ``spark_jobs.ingest``, ``window_aggregate`` and ``sink`` do, with the same helpers
+(``spark_jobs.events``) and the same output file, but through ``format("kafka")``: values
+``to_json(struct(*))`` keyed by the key column, read back with ``from_json`` and a schema the user
+states. A topic read by a stage is read from its earliest to its latest offsets: the stage before it has
+finished, so everything is there. ``batch`` is ``spark_jobs.events.windowed_oracle`` over the file.
+Used by ``bench_vs_kafka_connector.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def connector_package() -> str:
+    """The Maven coordinate of Spark's Kafka connector for the installed pyspark: its Scala binary
+    version and Spark version are read from the ``spark-sql_<scala>-<version>.jar`` pyspark ships."""
+    import pyspark
+
+    for jar in sorted((Path(pyspark.__file__).parent / "jars").glob("spark-sql_*.jar")):
+        match = re.fullmatch(r"spark-sql_(\d+\.\d+)-(.+)\.jar", jar.name)
+        if match:
+            return f"org.apache.spark:spark-sql-kafka-0-10_{match[1]}:{match[2]}"
+    return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"
+
+
+def connector_session(master: str, app_name: str, jars: str | None = None,
+                      conf: dict[str, str] | None = None) -> SparkSession:
+    """A Spark application set up as the pipeline's jobs are (:func:`controlmsg.spark.spark_session`),
+    with the connector on its class path: ``jars`` (comma-separated jar files, as ``spark.jars``), else
+    resolved by ``spark.jars.packages``. ``conf``: more Spark settings."""
+    from controlmsg.spark import spark_session
+
+    classpath = {"spark.jars": jars} if jars else {"spark.jars.packages": connector_package()}
+    return spark_session(master, app_name, conf={**classpath, **(conf or {})})
+
+
+def resolved_jars(spark: SparkSession) -> str:
+    """The jar files a session started by :func:`connector_session` resolved (``spark.jars``)."""
+    return str(spark.sparkContext.getConf().get("spark.jars", ""))
+
+
+def write_topic(df: DataFrame, servers: str, topic: str, key: str) -> None:
+    """Every row as ``to_json(struct(*))``, keyed by ``key`` (as a string), with the connector."""
+    from pyspark.sql import functions as F
+
+    (df.select(F.col(key).cast("string").alias("key"), F.to_json(F.struct(*df.columns)).alias("value"))
+     .write.format("kafka").option("kafka.bootstrap.servers", servers).option("topic", topic).save())
+
+
+def read_topic(spark: SparkSession, servers: str, topic: str, schema: str) -> DataFrame:
+    """The whole topic (earliest to latest offsets), values parsed by ``from_json`` with ``schema``."""
+    from pyspark.sql import functions as F
+
+    raw = (spark.read.format("kafka").option("kafka.bootstrap.servers", servers).option("subscribe", topic)
+           .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
+    return raw.select(F.from_json(F.col("value").cast("string"), schema).alias("r")).select("r.*")
+
+
+def ingest(spark: SparkSession, args: argparse.Namespace) -> None:
+    """File -> topic keyed by the key column; rejects (null key, unparseable time) to a file, as the
+    pipeline's ingest does."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.events import EVENT_MS, read_table, split_rejects, write_table
+
+    df = read_table(spark, args.input)
+    good, rejects = split_rejects(df, args.key, args.event_time)
+    rejects = rejects.cache()
+    if rejects.count():
+        write_table(rejects, args.rejects or f"{args.topic}.rejects.jsonl")
+    rejects.unpersist()
+    records = good.select(F.col(args.key).cast("string").alias("key"), F.col(EVENT_MS).alias("event_ms"),
+                          *[F.col(c) for c in args.sum]).repartition(args.tasks)
+    write_topic(records, args.bootstrap_servers, args.topic, "key")
+
+
+def window(spark: SparkSession, args: argparse.Namespace) -> None:
+    """Topic -> count and sums per key and tumbling window -> topic."""
+    from spark_jobs.events import parse_duration
+    from spark_jobs.window_aggregate import aggregate_windows
+
+    records = read_topic(spark, args.bootstrap_servers, args.input_topic, args.schema)
+    windows = aggregate_windows(records, parse_duration(args.window), args.sum)
+    write_topic(windows.repartition(args.tasks), args.bootstrap_servers, args.output_topic, "key")
+
+
+def sink(spark: SparkSession, args: argparse.Namespace) -> None:
+    """Topic of window results -> one file sorted by key and window start, as the pipeline's sink."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.events import iso_utc, write_table
+
+    results = read_topic(spark, args.bootstrap_servers, args.input_topic, args.schema)
+    sums = [f"sum_{c}" for c in args.sum]
+    out = results.select(
+        "key", iso_utc(F.col("window_start")).alias("window_start"),
+        iso_utc(F.col("window_end")).alias("window_end"), "count", *sums,
+    ).orderBy("key", "window_start")
+    write_table(out, args.output)
+
+
+def batch(spark: SparkSession, args: argparse.Namespace) -> None:
+    """The same result from the file in one plain Spark batch query (no Kafka)."""
+    from spark_jobs.events import parse_duration, windowed_oracle, write_table
+
+    out = windowed_oracle(spark, args.input, key=args.key, event_time=args.event_time,
+                          window_ms=parse_duration(args.window), sums=args.sum)
+    write_table(out.orderBy("key", "window_start"), args.output)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="stage", required=True)
+    stages = {name: sub.add_parser(name) for name in ("ingest", "window", "sink", "batch")}
+    for name, p in stages.items():
+        p.add_argument("--master", default="local[*]")
+        p.add_argument("--sum", action="append", default=[], help="a summed column (repeatable)")
+        if name != "batch":
+            p.add_argument("--bootstrap-servers", required=True)
+            p.add_argument("--jars", help="the connector's jar files, comma-separated (default: resolved by "
+                                          "spark.jars.packages)")
+    for name in ("ingest", "batch"):
+        stages[name].add_argument("--input", required=True)
+        stages[name].add_argument("--key", required=True)
+        stages[name].add_argument("--event-time", required=True)
+    stages["ingest"].add_argument("--topic", required=True)
+    stages["ingest"].add_argument("--rejects")
+    stages["window"].add_argument("--input-topic", required=True)
+    stages["window"].add_argument("--output-topic", required=True)
+    stages["sink"].add_argument("--input-topic", required=True)
+    for name in ("window", "batch"):
+        stages[name].add_argument("--window", required=True)
+    for name in ("ingest", "window"):
+        stages[name].add_argument("--tasks", type=int, default=2, help="write tasks")
+    for name in ("window", "sink"):
+        stages[name].add_argument("--schema", required=True, help="DDL of the JSON values read")
+    for name in ("sink", "batch"):
+        stages[name].add_argument("--output", required=True, help="the result file (.csv, .jsonl, .parquet)")
+    return parser
+
+
+def main() -> int:
+    args = build_parser().parse_args()
+    if args.stage == "batch":  # no Kafka: no connector either
+        from controlmsg.spark import spark_session
+
+        spark = spark_session(args.master, "plain-batch-query")
+    else:
+        spark = connector_session(args.master, f"kafka-connector-{args.stage}", args.jars)
+    try:
+        {"ingest": ingest, "window": window, "sink": sink, "batch": batch}[args.stage](spark, args)
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

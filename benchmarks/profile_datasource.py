@@ -1,0 +1,166 @@
+"""Where a write and a read task of ``format("controlmsg")`` spend their time: the data source's task
+bodies run in this process, without Spark, on Arrow batches like those Spark hands them.
+
+    python benchmarks/profile_datasource.py [--rows 500000] [--tasks 2] [--partitions 4] [--top 25]
+        [--profiler cprofile|none] [--bootstrap-servers HOST:PORT | -X K=V | --kafka-config F]
+
+The rows are the synthetic events of the benchmarks (``user`` skewed over ``--keys`` users, ``event_time``
+epoch ms over 30 days, ``amount`` 2% null, ``items``), ``--batch-rows`` rows per Arrow batch (Spark's
+``spark.sql.execution.arrow.maxRecordsPerBatch``, 10,000). The write goes through the source's own
+``writer(...).write(batches)`` (one task after another, as Spark's tasks on one core) then ``commit``,
+the read through ``reader(...).partitions()`` and ``read(partition)`` of each, with ``.schema(...)``:
+both the objects Spark calls. Prints rows/s of each, and with ``--profiler cprofile`` (the default) the
+functions with the largest own time, as a share of the phase. cProfile adds a cost to every Python
+call, which inflates per-record Python code; ``--profiler none`` runs unprofiled, for a sampling profiler
+such as ``py-spy record -- python benchmarks/profile_datasource.py --profiler none``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+from common import DAY_MS, EVENTS_START_MS, add_cluster_options, delete_topics, kafka_cluster
+
+
+def event_batches(rows: int, keys: int, batch_rows: int, seed: int) -> list[pa.RecordBatch]:
+    """The benchmarks' synthetic events (see ``common.synthetic_events``) as Arrow batches."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    users = (rng.random(rows) ** 3 * keys).astype(np.int64)
+    user = pa.array([f"user-{u}" for u in users], pa.string())
+    event_time = pa.array(EVENTS_START_MS + (rng.random(rows) * 30 * DAY_MS).astype(np.int64), pa.int64())
+    amount = np.round(rng.random(rows) * 100, 2)
+    amounts = pa.array(amount, pa.float64(), mask=rng.random(rows) < 0.02)
+    items = pa.array((rng.random(rows) * 5 + 1).astype(np.int32), pa.int32())
+    table = pa.table({"user": user, "event_time": event_time, "amount": amounts, "items": items})
+    batches: list[pa.RecordBatch] = table.to_batches(max_chunksize=batch_rows)
+    return batches
+
+
+class FakeTask:
+    """Python's ``TaskContext`` as a Spark worker sets it, for one task after another."""
+
+    def __init__(self) -> None:
+        from pyspark import TaskContext
+
+        self.context = TaskContext._getOrCreate()
+
+    def enter(self, partition: int) -> None:
+        self.context._partitionId = partition
+        self.context._attemptNumber = 0
+        self.context._localProperties = {}
+
+
+def profiled(profiler: str, work: Callable[[], Any]) -> tuple[float, cProfile.Profile | None]:
+    started = time.perf_counter()
+    if profiler == "cprofile":
+        prof = cProfile.Profile()
+        prof.runcall(work)
+        return time.perf_counter() - started, prof
+    work()
+    return time.perf_counter() - started, None
+
+
+def top_functions(prof: cProfile.Profile, top: int) -> str:
+    """The ``top`` functions by own time, each with its share of the profiled time (own and cumulative)."""
+    stats = pstats.Stats(prof, stream=io.StringIO())
+    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    total = sum(entry[2] for entry in raw.values())
+    rows = sorted(raw.items(), key=lambda item: item[1][2], reverse=True)[:top]
+    lines = [f"  {'own %':>6} {'cum %':>6} {'calls':>10}  function"]
+    for (filename, line, name), (_, calls, own, cumulative, _) in rows:
+        where = filename if filename == "~" else f"{'/'.join(filename.split('/')[-2:])}:{line}"
+        lines.append(f"  {100 * own / total:6.1f} {100 * cumulative / total:6.1f} {calls:>10,}  {name} ({where})")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=500_000)
+    parser.add_argument("--keys", type=int, default=5000)
+    parser.add_argument("--tasks", type=int, default=2, help="write tasks, run one after another")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--batch-rows", type=int, default=10_000)
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--profiler", choices=("cprofile", "none"), default="cprofile")
+    add_cluster_options(parser)
+    args = parser.parse_args()
+
+    from pyspark.sql.datasource import WriterCommitMessage
+    from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
+
+    from controlmsg.spark.datasource import ControlMsgDataSource
+
+    schema = StructType([StructField("user", StringType()), StructField("event_time", LongType()),
+                         StructField("amount", DoubleType()), StructField("items", IntegerType())])
+    batches = event_batches(args.rows, args.keys, args.batch_rows, seed=1)
+    shares = [batches[i::args.tasks] for i in range(args.tasks)]
+    with kafka_cluster(args) as cluster:
+        topic = f"bench-profile-{uuid.uuid4().hex[:8]}"
+        options = {"topic": topic, "runId": "profile", "job": "profile", "key": "user", "eventTime": "event_time",
+                   "partitions": str(args.partitions), "timeout": "120",
+                   **{f"kafka.{k}": v for k, v in cluster.config.items()}}
+        source = ControlMsgDataSource(options)
+        task = FakeTask()
+        try:
+            # Untimed: one batch written and read back through another topic, so that a fresh broker's
+            # transaction coordinator and the first connections are not in the profile.
+            warm = ControlMsgDataSource({**options, "topic": f"{topic}-warm-up"})
+            warm_writer = warm.writer(schema, False)
+            task.enter(0)
+            warm_writer.commit([warm_writer.write(iter(batches[:1]))])
+            warm_reader = warm.reader(schema)
+            for part in warm_reader.partitions():
+                for _ in warm_reader.read(part):
+                    pass
+            writer = source.writer(schema, False)  # creates the topic
+            messages: list[WriterCommitMessage | None] = []
+
+            def write() -> None:
+                for i, share in enumerate(shares):
+                    task.enter(i)
+                    messages.append(writer.write(iter(share)))
+
+            seconds, prof = profiled(args.profiler, write)
+            writer.commit(messages)
+            print(f"write: {args.rows:,} rows in {args.tasks} tasks, {seconds:.2f} s, "
+                  f"{args.rows / seconds:,.0f} rows/s")
+            if prof is not None:
+                print(top_functions(prof, args.top))
+
+            reader = source.reader(schema)
+            parts = reader.partitions()
+            read_rows = 0
+
+            def read() -> None:
+                nonlocal read_rows
+                for i, part in enumerate(parts):
+                    task.enter(i)
+                    batches_read = reader.read(part)
+                    read_rows += sum(b.num_rows for b in batches_read if isinstance(b, pa.RecordBatch))
+
+            seconds, prof = profiled(args.profiler, read)
+            print(f"\nread: {read_rows:,} rows in {len(parts)} tasks, {seconds:.2f} s, "
+                  f"{read_rows / seconds:,.0f} rows/s")
+            if prof is not None:
+                print(top_functions(prof, args.top))
+            if read_rows != args.rows:
+                print(f"read {read_rows} rows, wrote {args.rows}", file=sys.stderr)
+                return 1
+        finally:
+            delete_topics(cluster.config, [topic, f"{topic}-warm-up"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
