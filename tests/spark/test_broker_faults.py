@@ -50,6 +50,7 @@ from .test_streaming_pipeline import dump_source
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 PAUSE_S = 20.0
+EVENTS = 15_000
 
 
 def _free_ports(count: int) -> int:
@@ -116,11 +117,11 @@ class Fault(threading.Thread):
 
 def _backfill_under_fault(spark: SparkSession, servers: str, tmp_path: Path, action: Callable[[str], None], *,
                           partitions: int = 2) -> tuple[Fault, float]:
-    """The windowed-count backfill over 30,000 events, with ``action(events_topic)`` fired once its events
+    """The windowed-count backfill over :data:`EVENTS` events, with ``action(events_topic)`` fired once its events
     topic holds records; asserts that it struck mid-run and that the output equals the oracle. Returns the
     fault and the run's duration."""
     src = tmp_path / "events.jsonl"
-    write_events(src, 30_000, days=20, keys=50, seed=11)
+    write_events(src, EVENTS, days=20, keys=50, seed=11)
     output = str(tmp_path / "out.csv")
     opts: dict[str, Any] = dict(input_path=str(src), key="key", event_time="ts", window="1d", sums=["x"])
     fault = _FaultOnNewTopic({"bootstrap.servers": servers}, action)
@@ -135,7 +136,7 @@ def _backfill_under_fault(spark: SparkSession, servers: str, tmp_path: Path, act
     assert fault.fired_at is not None and fault.fired_at - started < took  # it struck mid-run
     rows = assert_matches_oracle(spark, output, **opts)
     assert rows > 20 * 5 and summary["sink"]["rows_out"] == rows
-    assert summary["ingest"]["rows_in"] == 30_000
+    assert summary["ingest"]["rows_in"] == EVENTS
     print(f"\nfault fired {fault.fired_at - started:.1f} s into the run, lasted {fault.took:.1f} s; "
           f"the run took {took:.1f} s")
     return fault, took
@@ -300,7 +301,7 @@ def test_backfill_on_three_nodes_survives_a_leader_killed(cluster: ClusterHandle
 
 def test_streaming_on_three_nodes_survives_a_leader_killed(cluster: ClusterHandle, spark: SparkSession,
                                                            tmp_path: Path) -> None:
-    """The streaming pipeline (three Spark applications) over 4,000 paced events; the leader of partition 0
+    """The streaming pipeline (three Spark applications) over 2,500 paced events; the leader of partition 0
     of the keyed events topic is killed once records flow into it (the ingest job writes it, the window job
     reads it), and the output still equals the oracle."""
     live = _all_nodes_up(cluster)
@@ -308,7 +309,7 @@ def test_streaming_on_three_nodes_survives_a_leader_killed(cluster: ClusterHandl
     config: dict[str, Any] = {"bootstrap.servers": servers}
     source = f"raw-{uuid.uuid4().hex[:8]}"
     create_topic(config, source, 3)
-    ends = generate(config, source, GeneratorConfig(events=4000, rate=1e6, keys=30, disorder_ms=2000,
+    ends = generate(config, source, GeneratorConfig(events=2500, rate=1e6, keys=30, disorder_ms=2000,
                                                     late_fraction=0.0, late_by_ms=0,
                                                     start_ms=1_767_225_600_000, speedup=1e5, seed=5))
     events = tmp_path / "events.jsonl"
