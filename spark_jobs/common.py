@@ -27,7 +27,10 @@ EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_CODES: Final = ("exit status: 0 done; 1 the job failed (the cause and what to do on stderr, the full trace in "
-                     "--log-file); 2 bad arguments or Kafka settings, found before Spark started")
+                     "--log-file); 2 bad arguments or Kafka settings, found before Spark started; 143 stopped by "
+                     "SIGTERM, 130 stopped by SIGINT (Ctrl-C): a streaming job's tasks first commit (or abort) their "
+                     "open transaction, nothing partial is readable, and the same command resumes at the last "
+                     "commit (a stop takes a few seconds; at most 15 s, then the process exits anyway)")
 
 __all__ = [
     "EXIT_CODES",
@@ -63,6 +66,9 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-file", metavar="PATH",
                         help="where the full trace of a failure goes "
                              "(default: .controlmsg/runs/<run id>/<job>-error.log)")
+    parser.add_argument("--parent-pid", type=int, metavar="PID",
+                        help="stop (as on SIGTERM) once process PID is no longer this one's parent (the pipeline "
+                             "passes its own)")
     parser.epilog = EXIT_CODES
 
 
@@ -149,8 +155,11 @@ def run_job(name: str, parser: argparse.ArgumentParser, work: Work, argv: Sequen
 
     Bad arguments print ``<prog>: error: <problem>``, one line each, and return 2 before any JVM starts.
     A failure of the work prints two lines, ``<job>: <cause>`` and what to do, with the path of the full
-    trace (``--log-file``), and returns 1. Interrupts (``KeyboardInterrupt``) pass through."""
+    trace (``--log-file``), and returns 1. SIGTERM and SIGINT stop the job (:mod:`spark_jobs.stopping`:
+    a streaming job's tasks stop at a commit) and return 128 + the signal, without a summary; so does
+    the death of ``--parent-pid``."""
     from controlmsg.errors import ControlMsgError
+    from spark_jobs.stopping import Stopper, StopRequested, exit_code, watch_parent
 
     args = parser.parse_args(argv)
     problems = common_problems(args) + (check(args) if check is not None else [])
@@ -165,13 +174,23 @@ def run_job(name: str, parser: argparse.ArgumentParser, work: Work, argv: Sequen
     from controlmsg.spark import spark_session
 
     started = time.monotonic()
+    stopper = Stopper(name).install()
+    if args.parent_pid is not None:
+        watch_parent(args.parent_pid)
     try:
         spark = spark_session(args.master, conf=spark_conf(args), app_name=f"controlmsg-{name}-{args.run_id}")
         try:
+            stopper.install()  # again: PySpark's SparkContext replaced the SIGINT handler with its own
+            stopper.raise_if_set()
             summary = work(spark, args, config)
         finally:
             spark.stop()
         write_summary(args.summary, job=name, seconds=time.monotonic() - started, **summary)
+    except StopRequested as stop:
+        tasks = f"; tasks: {[_brief(s) for s in stop.summaries]}" if stop.summaries else ""
+        print(f"{time.strftime('%H:%M:%S')} {name}: {stop} ({time.monotonic() - started:.1f} s after start); "
+              f"the same command (--run-id {args.run_id}) resumes at the last commit{tasks}", file=sys.stderr)
+        return exit_code(stop.signum)
     except Exception as exc:
         where = _save_trace(name, args, exc)
         cause, todo = failure_lines(exc)
@@ -180,7 +199,14 @@ def run_job(name: str, parser: argparse.ArgumentParser, work: Work, argv: Sequen
         if where is None:
             traceback.print_exception(exc, file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        stopper.uninstall()
     return EXIT_OK
+
+
+def _brief(summary: dict[str, Any]) -> dict[str, Any]:
+    """A stopped task's summary without its lists (one log line)."""
+    return {k: v for k, v in summary.items() if not isinstance(v, list | dict)}
 
 
 _PY_ERROR = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception|Timeout)): (\S.*)$")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -62,6 +62,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     """The job's work in an existing Spark session; returns its summary."""
     from controlmsg.kafka.admin import create_topic, end_offsets, topic_settings_from_args
     from spark_jobs.ingest_task import run_ingest_task
+    from spark_jobs.stopping import StopChannel
     from spark_jobs.streaming import partition_groups, run_long_running_tasks
 
     log = job_logger("stream_ingest")
@@ -72,6 +73,8 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     rejects_topic = args.rejects_topic or f"{args.topic}-rejects"
     create_topic(config, rejects_topic, 1, replication_factor=topics.replication_factor,
                  topic_config=topics.config)
+    stop = StopChannel.open(config, f"{args.topic}-stop", replication_factor=topics.replication_factor,
+                            topic_config=topics.config)
     until = end_offsets(config, args.source_topic) if args.until_source_end else None
     lateness = parse_duration(args.allowed_lateness) if args.allowed_lateness.strip() not in ("0", "0s") else 0
     interval = parse_duration(args.watermark_interval) / 1000
@@ -81,15 +84,15 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     source, topic, run_id, key, event_time = args.source_topic, args.topic, args.run_id, args.key, args.event_time
     carry, tasks, max_rate = tuple(args.carry), args.tasks, args.max_rate
 
-    def body(i: int) -> dict[str, Any]:
+    def body(i: int, stopped: Callable[[], bool]) -> dict[str, Any]:
         summary = run_ingest_task(
             config, source_topic=source, source_partitions=owned[i], output_topic=topic,
             rejects_topic=rejects_topic, run_id=run_id, task_index=i, task_count=tasks, key_field=key,
             event_time_field=event_time, carry=carry, allowed_lateness_ms=lateness, watermark_interval_s=interval,
-            until=until, idle_timeout_s=idle_timeout, max_rate=max_rate)
+            until=until, idle_timeout_s=idle_timeout, max_rate=max_rate, stop=lambda _records: stopped())
         return asdict(summary)
 
-    summaries = run_long_running_tasks(spark, tasks, body)
+    summaries = run_long_running_tasks(spark, tasks, body, stop)
     records = sum(s["records"] for s in summaries)
     rejected = sum(s["rejects"] for s in summaries)
     log.info("%d records written, %d rejected (in %s)", records, rejected, rejects_topic)

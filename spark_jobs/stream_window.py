@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -49,6 +49,7 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary."""
     from controlmsg.kafka.admin import create_topic, topic_settings_from_args
+    from spark_jobs.stopping import StopChannel
     from spark_jobs.streaming import partition_groups, run_long_running_tasks
     from spark_jobs.window_task import run_window_task
 
@@ -62,6 +63,8 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     create_topic(config, late_topic, 1, replication_factor=factor, topic_config=topics.config)
     create_topic(config, state_topic, 1, replication_factor=factor,
                  topic_config={**topics.config, "cleanup.policy": "compact"})
+    stop = StopChannel.open(config, f"{args.output_topic}-stop", replication_factor=factor,
+                            topic_config=topics.config)
     window_ms = parse_duration(args.window)
     interval = parse_duration(args.commit_interval) / 1000
     log.info("%d window tasks over partitions %s of %s -> %s", args.tasks, owned, args.input_topic,
@@ -69,14 +72,14 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     input_topic, output_topic, run_id, sums, tasks = (args.input_topic, args.output_topic, args.run_id,
                                                       tuple(args.sum), args.tasks)
 
-    def body(i: int) -> dict[str, Any]:
+    def body(i: int, stopped: Callable[[], bool]) -> dict[str, Any]:
         summary = run_window_task(
             config, input_topic=input_topic, partitions=owned[i], run_id=run_id, output_topic=output_topic,
             late_topic=late_topic, state_topic=state_topic, task_index=i, task_count=tasks, window_ms=window_ms,
-            sums=sums, commit_interval_s=interval)
+            sums=sums, commit_interval_s=interval, stop=stopped)
         return asdict(summary)
 
-    summaries = run_long_running_tasks(spark, tasks, body)
+    summaries = run_long_running_tasks(spark, tasks, body, stop)
     log.info("tasks ended: %s", summaries)
     return {"tasks": summaries}
 
