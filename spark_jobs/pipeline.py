@@ -1,11 +1,18 @@
 """``python -m spark_jobs.pipeline windowed-count``: ingest -> window_aggregate -> sink, three separate
 Spark applications joined by two intermediate topics, that terminates by itself.
 
-The three jobs are started as separate processes (each its own Spark application), by default
-downstream first (sink, window_aggregate, ingest) to show that a reader waits for its upstream. The
-pipeline exits 0 once the sink has written the complete result, non-zero with the failing job's log tail
-if any job fails (the others are then stopped). Each job's log goes to ``<run dir>/<job>.log``; the
-jobs' own progress lines are echoed to stderr.
+The three jobs are started as separate processes (each its own Spark application, each in its own
+session and process group), by default downstream first (sink, window_aggregate, ingest) to show that a
+reader waits for its upstream. The pipeline exits 0 once the sink has written the complete result, 1
+with the failing job's log tail if any job fails (the others are then stopped). Each job's log goes to
+``<run dir>/<job>.log`` (appended to: a restart keeps the stopped run's lines); the jobs' own progress
+lines are echoed to stderr.
+
+Stopping (:data:`EXIT_STATUS`): on SIGTERM or SIGINT the pipeline sends SIGTERM to every job still
+running (the job's own process: it stops its tasks at a commit, see :mod:`spark_jobs.stopping`), waits
+at most :data:`JOB_STOP_GRACE_S` for them, SIGKILLs the process group of any job left, and exits 128 +
+the signal. A failed job or the timeout stops the others the same way. The jobs get ``--parent-pid``:
+if the pipeline itself is killed (``kill -9``), they stop on their own.
 
 With ``--streaming`` the chain is stream_ingest -> stream_window (long-running Spark applications) ->
 stream_sink (one plain process appending each window result to the output as soon as it is readable);
@@ -15,8 +22,10 @@ see docs/STREAMING.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -24,7 +33,8 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from types import FrameType
+from typing import IO, Any, Final
 
 import orjson
 
@@ -32,9 +42,19 @@ from controlmsg.kafka.admin import add_topic_options, create_topic, topic_settin
 from controlmsg.kafka.settings import add_client_options, write_properties
 from spark_jobs.checks import duration_problems, input_problems, output_problems, positive_problems, topic_problems
 from spark_jobs.common import topic_names
+from spark_jobs.stopping import exit_code, signal_name
 
 __all__ = ["main"]
 
+JOB_STOP_GRACE_S: Final = 20.0
+"""Seconds a job has to stop after the pipeline's SIGTERM before its process group is SIGKILLed (a job
+bounds its own stop at 15 s, see :data:`spark_jobs.stopping.HARD_LIMIT_S`)."""
+EXIT_STATUS: Final = ("exit status: 0 the output is complete; 1 a job failed or --timeout passed (the others are "
+                      "stopped; the failed job and its log are named); 2 bad arguments; 143 stopped by SIGTERM, "
+                      "130 by SIGINT (Ctrl-C): every job was sent SIGTERM and stopped at a commit (nothing partial "
+                      "is readable), and the same command with --run-id resumes the run where it stopped (a stop "
+                      "takes a few seconds; a job still running 20 s after its SIGTERM is SIGKILLed). A second "
+                      "signal SIGKILLs the jobs at once (still nothing partial: a restart aborts what was open)")
 _JOBS = ("ingest", "window_aggregate", "sink")
 _STREAMING_JOBS = ("stream_ingest", "stream_window", "stream_sink")
 _OWN_LINE = re.compile(
@@ -78,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark setting for every job (repeatable)")
     p.add_argument("--run-dir", help="logs and summaries (default: .controlmsg/runs/<run id>)")
+    p.epilog = EXIT_STATUS
     return parser
 
 
@@ -100,7 +121,7 @@ def _pump(stream: IO[bytes], log: IO[bytes], echo: bool) -> None:
 def _job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str, run_dir: Path) -> list[str]:
     events, windows = topic_names(run_id)
     kafka = ["--kafka-config", str(kafka_file)]
-    common = [*kafka, "--run-id", run_id, "--master", args.master,
+    common = [*kafka, "--run-id", run_id, "--master", args.master, "--parent-pid", str(os.getpid()),
               "--summary", str(run_dir / f"{job}.json"), "--timeout", str(args.timeout),
               "--log-file", str(run_dir / f"{job}-error.log"), *topic_settings_from_args(args).as_args()]
     for setting in args.spark_conf:
@@ -132,10 +153,46 @@ def _job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str,
     elif job == "stream_sink":  # no Spark application: one process appends to the one output file
         return [sys.executable, "-m", "spark_jobs.stream_sink", "--input-topic", windows, "--output", args.output,
                 *sums, *kafka, "--run-id", run_id, "--summary", str(run_dir / f"{job}.json"),
-                "--timeout", str(args.timeout)]
+                "--timeout", str(args.timeout), "--parent-pid", str(os.getpid())]
     else:
         extra = ["--input-topic", windows, "--output", args.output, *sums]
     return [sys.executable, "-m", f"spark_jobs.{job}", *extra, *common]
+
+
+def _stop_jobs(procs: dict[str, subprocess.Popen[bytes]], grace_s: float) -> dict[str, int]:
+    """Stop every job still running: SIGTERM to its own process (its driver, which stops its tasks at a
+    commit and then Spark), then SIGKILL to the process group of each one still there ``grace_s`` later.
+    Returns the exit code of each job this stopped (a negative code: killed by that signal)."""
+    running = {job: proc for job, proc in procs.items() if proc.poll() is None}
+    for proc in running.values():
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc in running.values():
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _kill_groups({"": proc})
+            proc.wait(10)
+    _kill_groups(procs, linger_s=5.0)  # a JVM its driver left behind goes with the group
+    return {job: proc.returncode for job, proc in running.items()}
+
+
+def _kill_groups(procs: dict[str, subprocess.Popen[bytes]], linger_s: float = 0.0) -> None:
+    """SIGKILL the process group of each of ``procs`` (each job leads its own group) still holding a
+    process ``linger_s`` from now."""
+    deadline = time.monotonic() + linger_s
+    for proc in procs.values():
+        while True:
+            try:
+                os.killpg(proc.pid, 0)
+            except (ProcessLookupError, PermissionError):
+                break
+            if time.monotonic() >= deadline:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                break
+            time.sleep(0.1)
 
 
 def check_arguments(args: argparse.Namespace) -> list[str]:
@@ -199,18 +256,32 @@ def run_windowed_count(args: argparse.Namespace) -> int:
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
     ended: dict[str, float] = {}
     failed: str | None = None
+    signals: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        signals.append(signum)
+        if len(signals) == 1:
+            print(f"{time.strftime('%H:%M:%S')} pipeline: {signal_name(signum)}: stopping the jobs "
+                  "(again to kill them at once)", file=sys.stderr, flush=True)
+        else:
+            _kill_groups(procs)
+
+    previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         for job in order:
-            logs[job] = (run_dir / f"{job}.log").open("wb")
+            if signals:
+                break
+            logs[job] = (run_dir / f"{job}.log").open("ab")
+            # Its own session: a Ctrl-C in the terminal reaches the pipeline only, which stops the jobs in order.
             proc = subprocess.Popen(_job_args(job, args, kafka_file, run_id, run_dir), stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, env=env)
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
             procs[job] = proc
             assert proc.stdout is not None
             pump = threading.Thread(target=_pump, args=(proc.stdout, logs[job], True), daemon=True)
             pump.start()
             pumps.append(pump)
         deadline = started + args.timeout + 120
-        while len(ended) < len(procs) and failed is None:
+        while len(ended) < len(procs) and failed is None and not signals:
             if time.monotonic() > deadline:
                 failed = "timeout"
                 break
@@ -221,19 +292,21 @@ def run_windowed_count(args: argparse.Namespace) -> int:
                         failed = job
             time.sleep(0.2)
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs.values():
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stopping = time.monotonic()
+        stopped = _stop_jobs(procs, 0.0 if len(signals) > 1 else JOB_STOP_GRACE_S)
         for pump in pumps:
             pump.join(5)
         for log in logs.values():
             log.close()
         kafka_file.unlink(missing_ok=True)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    others = ", ".join(f"{job} exit {code}" for job, code in stopped.items() if job != failed)
+    if signals:
+        print(f"pipeline run {run_id} stopped by {signal_name(signals[0])}: the jobs stopped in "
+              f"{time.monotonic() - stopping:.1f} s ({others or 'none was running'}); the same command with "
+              f"--run-id {run_id} resumes it; logs in {run_dir}", file=sys.stderr)
+        return exit_code(signals[0])
     if failed is not None:
         if failed == "timeout":
             print(f"pipeline run {run_id} did not end within {args.timeout:g} s; logs in {run_dir}", file=sys.stderr)
@@ -242,6 +315,8 @@ def run_windowed_count(args: argparse.Namespace) -> int:
             print(f"job {failed} failed (exit {procs[failed].returncode}); last lines of {run_dir / failed}.log:",
                   file=sys.stderr)
             print("\n".join("  " + line for line in tail), file=sys.stderr)
+        if others:
+            print(f"stopped the other jobs: {others}; logs in {run_dir}", file=sys.stderr)
         return 1
     summaries: dict[str, Any] = {job: orjson.loads((run_dir / f"{job}.json").read_bytes()) for job in jobs}
     ingest, window, sink = (summaries[job] for job in jobs)
