@@ -214,6 +214,8 @@ def test_sigterm_to_one_job_then_restart(job: str, spark: SparkSession, kafka_co
     events = tmp_path / "events.jsonl"
     dump_source(kafka_config, source, ends, events)
     chain = Chain(bootstrap_servers, source, tmp_path)
+    for topic in (chain.events_topic, chain.windows_topic):  # as the pipeline does: the sink need not wait
+        create_topic(kafka_config, topic, 3)
     try:
         for name in ("stream_sink", "stream_window", "stream_ingest"):
             chain.start(name)
