@@ -134,7 +134,10 @@ def run_stream_sink(
         if saved is None:
             file.write(rows.header())
         ended_at = saved.extra.get("inputEndedAt") if saved is not None else None
-        with ControlReader(config, input_topic, run_id=run_id, resume_from=saved) as reader:
+        # Started before its upstream (the pipeline's default order), it waits for the topic as long as for
+        # the stream: a busy cluster may take minutes to start the job that creates it.
+        topic_wait = timeout_s if timeout_s is not None else 600.0
+        with ControlReader(config, input_topic, run_id=run_id, resume_from=saved, topic_timeout=topic_wait) as reader:
             deadline = None if timeout_s is None else time.monotonic() + timeout_s
             next_save = time.monotonic() + checkpoint_interval_s
             dirty = saved is None
