@@ -112,6 +112,7 @@ from confluent_kafka.admin import AdminClient
 from controlmsg.core.bookkeeping import StreamEnded, WatermarkAdvanced
 from controlmsg.core.codec import decode_json_payload
 from controlmsg.kafka import ControlReader, DataRecord, Item, create_topic
+from controlmsg.testing.processes import descendants, pid_alive
 from spark_jobs.common import topic_names
 from spark_jobs.events import parse_duration
 from spark_jobs.generate import GeneratorConfig, generate
@@ -127,42 +128,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile (``q`` in (0, 1]) of a non-empty sequence."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
-def _descendants(root: int) -> list[int]:
-    """Every live descendant of process ``root`` (from /proc; empty where there is none). The PySpark
-    daemon puts itself in a process group of its own, so killing the application's group alone may leave
-    it and its workers behind."""
-    children: dict[int, list[int]] = {}
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found: list[int] = []
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class App:
@@ -205,7 +170,7 @@ class App:
 
     def stop(self) -> None:
         """SIGTERM the process group and every descendant, then SIGKILL whatever is left after 10 s."""
-        pids = [self.proc.pid, *_descendants(self.proc.pid)]
+        pids = [self.proc.pid, *descendants(self.proc.pid)]
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
@@ -219,7 +184,7 @@ class App:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
         deadline = time.monotonic() + 5
-        while any(_alive(p) for p in pids[1:]) and time.monotonic() < deadline:
+        while any(pid_alive(p) for p in pids[1:]) and time.monotonic() < deadline:
             time.sleep(0.1)
         for pid in pids[1:]:
             with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -21,7 +21,8 @@ from pathlib import Path
 from controlmsg.errors import BrokerError
 
 __all__ = [
-    "as_text", "cmdline", "file_lock", "is_process_of", "java_executable", "log_tail", "pid_alive", "port_free",
+    "as_text", "cmdline", "descendants", "file_lock", "is_process_of", "java_executable", "log_tail", "pid_alive",
+    "port_free",
     "run_tool", "spawn_detached", "tail_section", "tcp_accepts", "terminate", "write_text_atomic",
 ]
 
@@ -271,3 +272,29 @@ def terminate(pid: int, markers: Sequence[str], timeout: float, *, what: str = "
         os.kill(pid, signal.SIGKILL)
     if not _wait_gone(pid, markers, _KILL_WAIT):
         raise BrokerError(f"{what} {pid} is still alive after SIGKILL")
+
+
+def descendants(root: int) -> list[int]:
+    """Every live descendant of process ``root``, parents before children (from ``/proc``; empty where there
+    is no ``/proc``). Stopping a process group alone may leave some behind: the PySpark daemon, for one, puts
+    itself in a group of its own."""
+    children: dict[int, list[int]] = {}
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        children.setdefault(int(stat[stat.rfind(")") + 2:].split()[1]), []).append(int(entry.name))
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.append(child)
+                todo.append(child)
+    return found

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from pyspark.sql import SparkSession
 
 from controlmsg.kafka.admin import create_topic, partition_count
+from controlmsg.testing.processes import descendants, pid_alive
 from spark_jobs.common import topic_names
 from spark_jobs.generate import GeneratorConfig, generate
 from spark_jobs.pipeline import JOB_STOP_GRACE_S
@@ -39,44 +40,13 @@ from .test_streaming_restarts import check_wire, wait_for_records
 EVENTS = 4000
 
 
-def descendants(pid: int) -> set[int]:
-    """Every living descendant of ``pid`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie waiting to be reaped does not count)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def wait_gone(pids: set[int], timeout: float) -> set[int]:
+def wait_gone(pids: Iterable[int], timeout: float) -> set[int]:
     """Wait until none of ``pids`` is alive; return those still alive after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    left = {p for p in pids if alive(p)}
+    left = {p for p in pids if pid_alive(p)}
     while left and time.monotonic() < deadline:
         time.sleep(0.2)
-        left = {p for p in left if alive(p)}
+        left = {p for p in left if pid_alive(p)}
     return left
 
 
@@ -188,7 +158,7 @@ def test_a_window_job_failing_at_start_stops_the_others(kafka_config: dict[str, 
         try:
             deadline = time.monotonic() + 300
             while proc.poll() is None and time.monotonic() < deadline:
-                seen |= descendants(proc.pid)
+                seen.update(descendants(proc.pid))
                 time.sleep(0.5)
             code = proc.poll()
             left = wait_gone(seen, 10)
