@@ -61,14 +61,32 @@ class FakeTask:
         self.context._localProperties = {}
 
 
-def profiled(profiler: str, work: Callable[[], Any]) -> tuple[float, cProfile.Profile | None]:
-    started = time.perf_counter()
+class Timed:
+    """Wall seconds, and CPU seconds of this (Python) thread and of the whole process (librdkafka's threads
+    included), of one phase. On a busy machine the wall clock swings with the other work; the calling
+    thread's CPU time is the steadier figure of what the task's own Python work costs."""
+
+    def __init__(self) -> None:
+        self.wall = self.thread = self.process = 0.0
+
+    def per_row(self, rows: int) -> str:
+        return (f"CPU {self.thread / rows * 1e6:.2f} us/row Python thread, {self.process / rows * 1e6:.2f} us/row "
+                "process")
+
+
+def profiled(profiler: str, work: Callable[[], Any]) -> tuple[Timed, cProfile.Profile | None]:
+    timed = Timed()
+    wall, thread, process = time.perf_counter(), time.thread_time(), time.process_time()
+    prof = None
     if profiler == "cprofile":
         prof = cProfile.Profile()
         prof.runcall(work)
-        return time.perf_counter() - started, prof
-    work()
-    return time.perf_counter() - started, None
+    else:
+        work()
+    timed.wall = time.perf_counter() - wall
+    timed.thread = time.thread_time() - thread
+    timed.process = time.process_time() - process
+    return timed, prof
 
 
 def top_functions(prof: cProfile.Profile, top: int) -> str:
@@ -131,10 +149,10 @@ def main() -> int:
                     task.enter(i)
                     messages.append(writer.write(iter(share)))
 
-            seconds, prof = profiled(args.profiler, write)
+            timed, prof = profiled(args.profiler, write)
             writer.commit(messages)
-            print(f"write: {args.rows:,} rows in {args.tasks} tasks, {seconds:.2f} s, "
-                  f"{args.rows / seconds:,.0f} rows/s")
+            print(f"write: {args.rows:,} rows in {args.tasks} tasks, {timed.wall:.2f} s, "
+                  f"{args.rows / timed.wall:,.0f} rows/s; {timed.per_row(args.rows)}")
             if prof is not None:
                 print(top_functions(prof, args.top))
 
@@ -149,9 +167,9 @@ def main() -> int:
                     batches_read = reader.read(part)
                     read_rows += sum(b.num_rows for b in batches_read if isinstance(b, pa.RecordBatch))
 
-            seconds, prof = profiled(args.profiler, read)
-            print(f"\nread: {read_rows:,} rows in {len(parts)} tasks, {seconds:.2f} s, "
-                  f"{read_rows / seconds:,.0f} rows/s")
+            timed, prof = profiled(args.profiler, read)
+            print(f"\nread: {read_rows:,} rows in {len(parts)} tasks, {timed.wall:.2f} s, "
+                  f"{read_rows / timed.wall:,.0f} rows/s; {timed.per_row(max(read_rows, 1))}")
             if prof is not None:
                 print(top_functions(prof, args.top))
             if read_rows != args.rows:
