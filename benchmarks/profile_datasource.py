@@ -2,7 +2,8 @@
 bodies run in this process, without Spark, on Arrow batches like those Spark hands them.
 
     python benchmarks/profile_datasource.py [--rows 500000] [--tasks 2] [--partitions 4] [--top 25]
-        [--profiler cprofile|none] [--bootstrap-servers HOST:PORT | -X K=V | --kafka-config F]
+        [--profiler cprofile|none] [--data-headers true|false]
+        [--bootstrap-servers HOST:PORT | -X K=V | --kafka-config F]
 
 The rows are the synthetic events of the benchmarks (``user`` skewed over ``--keys`` users, ``event_time``
 epoch ms over 30 days, ``amount`` 2% null, ``items``), ``--batch-rows`` rows per Arrow batch (Spark's
@@ -111,6 +112,9 @@ def main() -> int:
     parser.add_argument("--batch-rows", type=int, default=10_000)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--profiler", choices=("cprofile", "none"), default="cprofile")
+    parser.add_argument("--data-headers", choices=("true", "false"), default="true",
+                        help="the writer's option dataHeaders (default true, as the source's): the run and task "
+                             "headers on every record")
     add_cluster_options(parser)
     args = parser.parse_args()
 
@@ -126,7 +130,7 @@ def main() -> int:
     with kafka_cluster(args) as cluster:
         topic = f"bench-profile-{uuid.uuid4().hex[:8]}"
         options = {"topic": topic, "runId": "profile", "job": "profile", "key": "user", "eventTime": "event_time",
-                   "partitions": str(args.partitions), "timeout": "120",
+                   "partitions": str(args.partitions), "timeout": "120", "dataHeaders": args.data_headers,
                    **{f"kafka.{k}": v for k, v in cluster.config.items()}}
         source = ControlMsgDataSource(options)
         task = FakeTask()
