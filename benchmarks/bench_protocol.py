@@ -8,7 +8,9 @@ Three measures, each printed as absolute rates (records/s) and a ratio (controlm
 1. codec:  ``orjson.loads(decode(encode_json(v)))`` vs ``orjson.loads(orjson.dumps(v))``.
 2. writer: ``ControlWriter.send(v, key)`` (plus its watermarks and end of stream) then ``flush()`` vs a bare
    ``Producer.produce(topic, orjson.dumps(v), key)`` then ``flush()``, each into its own fresh topic.
-3. reader: ``ControlReader.poll()`` until all data records are read vs a bare ``Consumer.consume()`` loop.
+3. reader: ``ControlReader.poll()`` until all data records are read vs a bare ``Consumer.consume()`` loop;
+   and ``ControlReader.poll_columns()`` (the batch form the Spark data source reads with: parallel lists,
+   no ``DataRecord`` per record) vs the same bare loop.
 
 Kafka: ``$KAFKA_BOOTSTRAP_SERVERS`` when set, otherwise a local broker started for the run (on a free port,
 in a temporary directory) and stopped at the end. Topics created here are deleted at the end.
@@ -37,7 +39,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 
 from controlmsg.core.codec import decode, encode_control, encode_json
 from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
-from controlmsg.kafka import ControlReader, ControlWriter, DataRecord, create_topic
+from controlmsg.kafka import ControlReader, ControlWriter, DataColumns, DataRecord, create_topic
 
 DEFAULT_RECORDS = 400_000
 DEFAULT_ROUNDS = 5
@@ -191,18 +193,20 @@ def machine_info() -> None:
 
 def codec_controlmsg(values: list[Any]) -> Sample:
     enc, dec, loads = encode_json, decode, orjson.loads
+    c = cpu()
     t = perf()
     for v in values:
         loads(dec(enc(v)))  # type: ignore[arg-type]  # a user message decodes to bytes
-    return Sample(len(values) / (perf() - t), 0.0)
+    return Sample(len(values) / (perf() - t), (cpu() - c) / len(values) * 1e9)
 
 
 def codec_orjson(values: list[Any]) -> Sample:
     dumps, loads = orjson.dumps, orjson.loads
+    c = cpu()
     t = perf()
     for v in values:
         loads(dumps(v))
-    return Sample(len(values) / (perf() - t), 0.0)
+    return Sample(len(values) / (perf() - t), (cpu() - c) / len(values) * 1e9)
 
 
 def codec_control(n: int) -> float:
@@ -355,6 +359,29 @@ def read_controlmsg(conf: dict[str, Any], topic: str, n: int) -> Sample:
     return window.sample("ControlReader")
 
 
+def read_columns(conf: dict[str, Any], topic: str, n: int) -> Sample:
+    """ControlReader.poll_columns() until all ``n`` data records are out, each batch into fresh columns."""
+    reader = ControlReader(conf, topic, batch_size=BATCH)
+    try:
+        window = Window()
+        data = 0
+        consumed = 0
+        deadline = time.monotonic() + 120
+        while data < n:
+            columns = DataColumns()
+            reader.poll_columns(columns, 1.0)
+            if not len(columns):
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"ControlReader.poll_columns: only {data} of {n} data records after 120 s")
+                continue
+            data += len(columns)
+            before, consumed = consumed, sum(max(o, 0) for o in reader.positions.values())
+            window.mark(consumed, consumed - before == BATCH)
+    finally:
+        reader.close()
+    return window.sample("ControlReader.poll_columns")
+
+
 def read_bare(conf: dict[str, Any], topic: str, partitions: int, total: int) -> Sample:
     """A bare Consumer reading the whole topic."""
     c = Consumer(conf)
@@ -423,7 +450,7 @@ def main() -> None:
     # 1. codec ------------------------------------------------------------------------------------------
     print("\n[1] codec: controlmsg loads(decode(encode_json(v))) vs orjson loads(dumps(v)), same records")
     ra, rb = alternate(max(rounds, 7), lambda: codec_controlmsg(values), lambda: codec_orjson(values), "codec")
-    results.append(result("codec user msg encode+decode", ra, rb, 0.8, cpu=False))
+    results.append(result("codec user msg encode+decode", ra, rb, 0.8, cpu=True))
     control_rate = max(codec_control(min(n, 100_000)) for _ in range(3))
     print(f"  control messages encode_control+decode: {fmt(control_rate)} msg/s (informational)")
 
@@ -481,6 +508,14 @@ def main() -> None:
                 "reader",
             )
             results.append(result("reader poll", ra, rb, 0.8, cpu=True))
+            print("  the same, controlmsg side: ControlReader.poll_columns(columns, 1.0), fresh DataColumns a batch")
+            ra, rb = alternate(
+                rounds,
+                lambda: read_columns(rconf, topic, n),
+                lambda: read_bare(cconf, topic, args.partitions, total),
+                "columns",
+            )
+            results.append(result("reader poll_columns", ra, rb, 0.8, cpu=True))
         finally:
             topics.delete_all()
 

@@ -2,7 +2,8 @@
 bodies run in this process, without Spark, on Arrow batches like those Spark hands them.
 
     python benchmarks/profile_datasource.py [--rows 500000] [--tasks 2] [--partitions 4] [--top 25]
-        [--profiler cprofile|none] [--bootstrap-servers HOST:PORT | -X K=V | --kafka-config F]
+        [--profiler cprofile|none] [--data-headers true|false]
+        [--bootstrap-servers HOST:PORT | -X K=V | --kafka-config F]
 
 The rows are the synthetic events of the benchmarks (``user`` skewed over ``--keys`` users, ``event_time``
 epoch ms over 30 days, ``amount`` 2% null, ``items``), ``--batch-rows`` rows per Arrow batch (Spark's
@@ -61,14 +62,32 @@ class FakeTask:
         self.context._localProperties = {}
 
 
-def profiled(profiler: str, work: Callable[[], Any]) -> tuple[float, cProfile.Profile | None]:
-    started = time.perf_counter()
+class Timed:
+    """Wall seconds, and CPU seconds of this (Python) thread and of the whole process (librdkafka's threads
+    included), of one phase. On a busy machine the wall clock swings with the other work; the calling
+    thread's CPU time is the steadier figure of what the task's own Python work costs."""
+
+    def __init__(self) -> None:
+        self.wall = self.thread = self.process = 0.0
+
+    def per_row(self, rows: int) -> str:
+        return (f"CPU {self.thread / rows * 1e6:.2f} us/row Python thread, {self.process / rows * 1e6:.2f} us/row "
+                "process")
+
+
+def profiled(profiler: str, work: Callable[[], Any]) -> tuple[Timed, cProfile.Profile | None]:
+    timed = Timed()
+    wall, thread, process = time.perf_counter(), time.thread_time(), time.process_time()
+    prof = None
     if profiler == "cprofile":
         prof = cProfile.Profile()
         prof.runcall(work)
-        return time.perf_counter() - started, prof
-    work()
-    return time.perf_counter() - started, None
+    else:
+        work()
+    timed.wall = time.perf_counter() - wall
+    timed.thread = time.thread_time() - thread
+    timed.process = time.process_time() - process
+    return timed, prof
 
 
 def top_functions(prof: cProfile.Profile, top: int) -> str:
@@ -93,6 +112,9 @@ def main() -> int:
     parser.add_argument("--batch-rows", type=int, default=10_000)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--profiler", choices=("cprofile", "none"), default="cprofile")
+    parser.add_argument("--data-headers", choices=("true", "false"), default="true",
+                        help="the writer's option dataHeaders (default true, as the source's): the run and task "
+                             "headers on every record")
     add_cluster_options(parser)
     args = parser.parse_args()
 
@@ -108,7 +130,7 @@ def main() -> int:
     with kafka_cluster(args) as cluster:
         topic = f"bench-profile-{uuid.uuid4().hex[:8]}"
         options = {"topic": topic, "runId": "profile", "job": "profile", "key": "user", "eventTime": "event_time",
-                   "partitions": str(args.partitions), "timeout": "120",
+                   "partitions": str(args.partitions), "timeout": "120", "dataHeaders": args.data_headers,
                    **{f"kafka.{k}": v for k, v in cluster.config.items()}}
         source = ControlMsgDataSource(options)
         task = FakeTask()
@@ -131,10 +153,10 @@ def main() -> int:
                     task.enter(i)
                     messages.append(writer.write(iter(share)))
 
-            seconds, prof = profiled(args.profiler, write)
+            timed, prof = profiled(args.profiler, write)
             writer.commit(messages)
-            print(f"write: {args.rows:,} rows in {args.tasks} tasks, {seconds:.2f} s, "
-                  f"{args.rows / seconds:,.0f} rows/s")
+            print(f"write: {args.rows:,} rows in {args.tasks} tasks, {timed.wall:.2f} s, "
+                  f"{args.rows / timed.wall:,.0f} rows/s; {timed.per_row(args.rows)}")
             if prof is not None:
                 print(top_functions(prof, args.top))
 
@@ -149,9 +171,9 @@ def main() -> int:
                     batches_read = reader.read(part)
                     read_rows += sum(b.num_rows for b in batches_read if isinstance(b, pa.RecordBatch))
 
-            seconds, prof = profiled(args.profiler, read)
-            print(f"\nread: {read_rows:,} rows in {len(parts)} tasks, {seconds:.2f} s, "
-                  f"{read_rows / seconds:,.0f} rows/s")
+            timed, prof = profiled(args.profiler, read)
+            print(f"\nread: {read_rows:,} rows in {len(parts)} tasks, {timed.wall:.2f} s, "
+                  f"{read_rows / timed.wall:,.0f} rows/s; {timed.per_row(max(read_rows, 1))}")
             if prof is not None:
                 print(top_functions(prof, args.top))
             if read_rows != args.rows:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
@@ -43,8 +43,10 @@ __all__ = [
     "HEADER_DLQ_REASON",
     "HEADER_DLQ_TOPIC",
     "ControlReader",
+    "DataColumns",
     "DataRecord",
     "Item",
+    "same_run",
 ]
 
 _PARTITION_EOF: Final = KafkaError._PARTITION_EOF
@@ -77,6 +79,54 @@ class DataRecord:
 
 
 Item = DataRecord | Event
+
+
+class DataColumns:
+    """User messages as parallel lists, one entry per record in reading order: what
+    :meth:`ControlReader.poll_columns` fills instead of making a :class:`DataRecord` per record.
+    ``payloads`` are the user serde's bytes (without the type byte); ``messages`` the Kafka messages they
+    came from (for headers and dead letters)."""
+
+    __slots__ = ("keys", "messages", "offsets", "partitions", "payloads")
+
+    def __init__(self) -> None:
+        self.partitions: list[int] = []
+        self.offsets: list[int] = []
+        self.keys: list[bytes | None] = []
+        self.payloads: list[bytes] = []
+        self.messages: list[Any] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def record(self, i: int) -> DataRecord:
+        """Record ``i`` as a :class:`DataRecord`."""
+        return DataRecord(self.partitions[i], self.offsets[i], self.keys[i], self.payloads[i], self.messages[i])
+
+    def select(self, indexes: Iterable[int]) -> DataColumns:
+        """The records at ``indexes``, in that order, as new columns."""
+        out = DataColumns()
+        for i in indexes:
+            out.partitions.append(self.partitions[i])
+            out.offsets.append(self.offsets[i])
+            out.keys.append(self.keys[i])
+            out.payloads.append(self.payloads[i])
+            out.messages.append(self.messages[i])
+        return out
+
+
+def same_run(headers: list[tuple[str, bytes | None]] | None, run_header: tuple[str, bytes]) -> bool:
+    """Whether a user record with ``headers`` (``msg.headers()``) belongs to the run of ``run_header``
+    (``(HEADER_RUN, run id as bytes)``): its first ``controlmsg-run`` header names that run, or it has
+    none. The writer puts ``controlmsg-run`` first, so the usual record is decided by one tuple comparison
+    in C; any other layout is scanned."""
+    if not headers or headers[0] == run_header:
+        return True
+    name, run = run_header
+    for key, value in headers:
+        if key == name:
+            return bool(value == run)
+    return True
 
 # poll() builds DataRecords by setting their slots directly: the frozen dataclass's generated __init__ goes
 # through object.__setattr__ once per field, which costs more than all the rest of poll()'s per-record work.
@@ -126,7 +176,7 @@ class ControlReader:
         self.batch_size = batch_size
         self.stop_at_end = stop_at_end
         self._store = checkpoint
-        self._filter_run = run_id.encode() if run_id is not None else None
+        self._filter_run = (HEADER_RUN, run_id.encode()) if run_id is not None else None
         self.skipped_other_run = 0
         self._error: ProtocolError | None = None
         count = wait_for_topic(config, topic, topic_timeout)
@@ -212,7 +262,7 @@ class ControlReader:
             off = msg.offset()
             value = msg.value()
             if value and value[0] == user_byte:
-                if filter_run is not None and not self._same_run(msg, filter_run):
+                if filter_run is not None and not same_run(msg.headers(), filter_run):
                     self.skipped_other_run += 1
                 else:
                     record = new(record_type)  # DataRecord(p, off, msg.key(), value[1:]), faster
@@ -224,32 +274,80 @@ class ControlReader:
                     append(record)
                 positions[p] = off + 1
                 continue
-            try:
-                decoded = decode(value)
-                assert not isinstance(decoded, bytes)
-                events = self.tracker.on_control(p, decoded, off)
-            except ProtocolError as exc:
-                located = exc.at(Location(self.topic, p, off))
-                if self._dlq is None:
-                    self._error = located
-                    return items
-                self._dead_letter(msg, located)
-                positions[p] = off + 1
-                continue
-            positions[p] = off + 1
-            items.extend(events)
+            if not self._control(msg, p, off, value, items):
+                return items
             if self.stop_at_end and self.tracker.is_ended:
                 break
         return items
 
-    @staticmethod
-    def _same_run(msg: Any, run: bytes) -> bool:
-        headers = msg.headers()
-        if not headers:
+    def poll_columns(self, into: DataColumns, timeout: float = 1.0) -> list[Event]:
+        """:meth:`poll`, with the user messages appended to ``into`` (no :class:`DataRecord` per record)
+        and the events returned. The same records, skips, positions and errors as :meth:`poll`; what it
+        does not give is the order of user messages relative to the events (read them as "the data of
+        this batch, and the events it caused")."""
+        if self._error is not None:
+            raise self._error
+        if self.stop_at_end and self.tracker.is_ended:
+            return []
+        msgs: list[Any]
+        try:
+            msgs = self._consumer.consume(self.batch_size, timeout)
+        except KafkaException as exc:
+            raise ReadError(f"reading topic {self.topic!r} failed: {exc.args[0]}") from exc
+        events: list[Event] = []
+        positions = self._positions
+        filter_run = self._filter_run
+        user_byte = _USER_BYTE
+        add_partition, add_offset, add_key, add_payload, add_message = (
+            into.partitions.append, into.offsets.append, into.keys.append, into.payloads.append,
+            into.messages.append)
+        for msg in cast(list[Any], msgs):
+            err = msg.error()
+            if err is not None:
+                if err.code() == _PARTITION_EOF:
+                    continue
+                raise ReadError(
+                    f"reading topic {self.topic!r} partition {msg.partition()} failed: {err.str()}"
+                )
+            p = msg.partition()
+            off = msg.offset()
+            value = msg.value()
+            if value and value[0] == user_byte:
+                # same_run(), with its usual answer (no headers, or the run header first) decided inline.
+                if (filter_run is not None and (headers := msg.headers()) and headers[0] != filter_run
+                        and not same_run(headers, filter_run)):
+                    self.skipped_other_run += 1
+                else:
+                    add_partition(p)
+                    add_offset(off)
+                    add_key(msg.key())
+                    add_payload(value[1:])
+                    add_message(msg)
+                positions[p] = off + 1
+                continue
+            if not self._control(msg, p, off, value, events):
+                return events
+            if self.stop_at_end and self.tracker.is_ended:
+                break
+        return events
+
+    def _control(self, msg: Any, p: int, off: int, value: bytes | None, out: list[Any]) -> bool:
+        """Feed a record that is not a user message to the bookkeeping, its events to ``out``; a bad one
+        to the dead-letter topic, or (without one) keep its error for the next call and return False."""
+        try:
+            decoded = decode(value)
+            assert not isinstance(decoded, bytes)
+            events = self.tracker.on_control(p, decoded, off)
+        except ProtocolError as exc:
+            located = exc.at(Location(self.topic, p, off))
+            if self._dlq is None:
+                self._error = located
+                return False
+            self._dead_letter(msg, located)
+            self._positions[p] = off + 1
             return True
-        for name, val in headers:
-            if name == HEADER_RUN:
-                return bool(val == run)
+        self._positions[p] = off + 1
+        out.extend(events)
         return True
 
     @property

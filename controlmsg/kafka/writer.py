@@ -14,9 +14,10 @@ value layout never depends on headers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+import orjson
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from controlmsg.core.codec import encode_control, encode_json, encode_user
@@ -33,6 +34,8 @@ HEADER_RUN: Final = "controlmsg-run"
 HEADER_SEQ: Final = "controlmsg-seq"
 
 _POLL_EVERY: Final = 4096
+_USER: Final = encode_user(b"")  # the MessageType byte of a user message
+_dumps: Final = orjson.dumps  # encode_json's serde, inlined in send(): the same bytes
 
 
 def produce_waiting(producer: Producer, topic: str, value: bytes, key: bytes | str | None = None,
@@ -87,11 +90,14 @@ class ControlWriter:
         conf["on_delivery"] = self._on_delivery
         self.partitions = partitions if partitions is not None else wait_for_topic(conf, topic, topic_timeout)
         self._producer = Producer(conf)
+        self._produce_call = self._producer.produce
         self._seq = 0
         self._since_poll = 0
         self._task_b = task_name.encode()
         self._run_b = run_id.encode()
-        self._data_headers = [(HEADER_RUN, self._run_b), (HEADER_TASK, self._task_b)] if data_headers else None
+        # controlmsg-run first: a reader decides a record's run by comparing the first header (reader.same_run).
+        self._data_headers: list[tuple[str, str | bytes | None]] | None = (
+            [(HEADER_RUN, self._run_b), (HEADER_TASK, self._task_b)] if data_headers else None)
         self._transactional = "transactional.id" in conf
         if self._transactional:
             try:
@@ -144,8 +150,70 @@ class ControlWriter:
 
     def send(self, value: Any, key: bytes | str | None = None, partition: int = -1) -> None:
         """Send one user message with the default JSON serde. Does not block unless the local queue is
-        full. ``partition`` -1 lets the partitioner choose by key."""
+        full. ``partition`` -1 lets the partitioner choose by key. Raises ``TypeError`` when ``value`` is
+        not JSON-serializable, :class:`DeliveryError` when librdkafka refuses the record."""
+        if partition < 0 and self._data_headers is None:
+            # The common case inlined (encode_json and _produce's first branch): this is the per-record path.
+            try:
+                self._produce_call(self.topic, _USER + _dumps(value), key)
+            except BufferError:
+                self._produce(encode_json(value), key, partition, None)
+                return
+            except KafkaException as exc:
+                raise DeliveryError(f"cannot produce to topic {self.topic!r}: {exc.args[0]}") from exc
+            self._since_poll += 1
+            if self._since_poll >= _POLL_EVERY:
+                self._since_poll = 0
+                self._producer.poll(0)
+            return
         self._produce(encode_json(value), key, partition, self._data_headers)
+
+    def send_encoded(self, values: Sequence[bytes], keys: Sequence[bytes | str | None] | None = None) -> None:
+        """Send user messages whose values are complete envelopes already (from
+        :func:`~controlmsg.core.codec.encode_user`, :func:`~controlmsg.core.codec.encode_json` or
+        :func:`~controlmsg.core.codec.encode_json_rows`), ``keys[i]`` the key of ``values[i]`` (``keys``
+        ``None``: no keys), each to the partition of its key. The same records, headers and errors as
+        :meth:`send_bytes` once per value, in order; only the per-record Python work is less (one loop
+        over the batch, delivery reports served once per batch). Raises ``ValueError`` when ``keys`` and
+        ``values`` differ in length, :class:`DeliveryError` when librdkafka refuses a record (the records
+        before it are sent)."""
+        if keys is not None and len(keys) != len(values):
+            raise ValueError(f"{len(values)} values but {len(keys)} keys")
+        produce, topic, headers = self._produce_call, self.topic, self._data_headers
+        try:
+            # Four loops rather than one with branches: passing headers= (even None) or a key costs a
+            # confluent-kafka produce() call measurably, so each loop passes only what it has.
+            if headers is None:
+                if keys is None:
+                    for value in values:
+                        try:
+                            produce(topic, value)
+                        except BufferError:
+                            self._produce(value, None, -1, None)
+                else:
+                    for value, key in zip(values, keys, strict=True):
+                        try:
+                            produce(topic, value, key)
+                        except BufferError:
+                            self._produce(value, key, -1, None)
+            elif keys is None:
+                for value in values:
+                    try:
+                        produce(topic, value, headers=headers)
+                    except BufferError:
+                        self._produce(value, None, -1, headers)
+            else:
+                for value, key in zip(values, keys, strict=True):
+                    try:
+                        produce(topic, value, key, headers=headers)
+                    except BufferError:
+                        self._produce(value, key, -1, headers)
+        except KafkaException as exc:
+            raise DeliveryError(f"cannot produce to topic {topic!r}: {exc.args[0]}") from exc
+        self._since_poll += len(values)
+        if self._since_poll >= _POLL_EVERY:
+            self._since_poll = 0
+            self._producer.poll(0)
 
     def send_bytes(self, payload: bytes, key: bytes | str | None = None, partition: int = -1) -> None:
         """Send one user message whose payload is already serialized by the user's serde."""

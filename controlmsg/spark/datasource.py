@@ -17,8 +17,9 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from controlmsg.spark.options import ReadOptions, WriteOptions
-from controlmsg.spark.reading import RAW_SCHEMA, BatchReader, StreamReader
-from controlmsg.spark.writing import BatchWriter, StreamWriter
+
+# The readers and writers (pyarrow, confluent-kafka) are imported when first asked for: Spark imports this
+# module in every short-lived Python worker that only looks the source up by name.
 
 __all__ = ["ControlMsgDataSource"]
 
@@ -37,18 +38,28 @@ class ControlMsgDataSource(DataSource):
         return "controlmsg"
 
     def schema(self) -> str:
+        from controlmsg.spark.reading import RAW_SCHEMA
+
         return RAW_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        from controlmsg.spark.reading import BatchReader
+
         return BatchReader(ReadOptions.parse(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from controlmsg.spark.reading import StreamReader
+
         return StreamReader(ReadOptions.parse(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from controlmsg.spark.writing import BatchWriter
+
         _append_only(overwrite)
         return BatchWriter(WriteOptions.parse(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from controlmsg.spark.writing import StreamWriter
+
         _append_only(overwrite)
         return StreamWriter(WriteOptions.parse(self.options), schema)

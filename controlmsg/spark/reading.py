@@ -63,6 +63,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from itertools import repeat
 from typing import Any, Final
 
 import orjson
@@ -78,7 +79,7 @@ from controlmsg.core.naming import parse_task_name
 from controlmsg.errors import ControlMsgError, Location, ProtocolError, ReadError
 from controlmsg.kafka.admin import wait_for_topic
 from controlmsg.kafka.deadletter import DeadLetters, check_dead_letter_topic
-from controlmsg.kafka.reader import ControlReader, DataRecord
+from controlmsg.kafka.reader import ControlReader, DataColumns, DataRecord, same_run
 from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import HEADER_RUN
 from controlmsg.spark.options import BadRecordMode, ReadOptions
@@ -104,7 +105,8 @@ _OFFSETS_FORMAT: Final = 1
 
 Built = tuple[pa.RecordBatch, "list[tuple[DataRecord, str]]"]
 """A batch, and the bad records set aside while building it (with their reasons, in reading order)."""
-Builder = Callable[[list[DataRecord], str, "list[int | None] | None"], Built]
+Builder = Callable[[DataColumns, str, "list[int | None] | None"], Built]
+"""Builds a batch from records (parallel lists, no object per record) and their ``_watermark`` values."""
 
 
 class EndOfStreamTimeout(ControlMsgError):
@@ -208,7 +210,7 @@ def _read_to_end(opts: ReadOptions, schema: StructType, partitions: list[int]) -
     progress = Progress(f"reader {opts.topic} partitions {partitions}")
     aside = _SetAside(opts, progress)
     try:
-        pending: list[DataRecord] = []
+        pending = DataColumns()
         tracker = reader.tracker
         records = 0
         while not tracker.is_ended:
@@ -220,15 +222,14 @@ def _read_to_end(opts: ReadOptions, schema: StructType, partitions: list[int]) -
                 wait = min(wait, deadline - time.monotonic())
                 if wait <= 0:
                     raise _timeout_error(opts, tracker, partitions)
-            for item in reader.poll(wait):
-                if type(item) is DataRecord:
-                    pending.append(item)
-                    records += 1
+            before = len(pending)
+            reader.poll_columns(pending, wait)  # the events are in the tracker
+            records += len(pending) - before
             if len(pending) >= opts.batch_rows:
                 batch = aside.take(build(pending, opts.topic, None))
                 if batch is not None:
                     yield batch
-                pending = []
+                pending = DataColumns()
         if pending:
             batch = aside.take(build(pending, opts.topic, None))
             if batch is not None:
@@ -460,7 +461,7 @@ def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Ite
     them already, so every offset up to ``end - 1`` that ``read_committed`` delivers is there."""
     build, with_watermark = _builder(schema, opts)
     topic = opts.topic
-    run = opts.run_id.encode()
+    run = (HEADER_RUN, opts.run_id.encode())
     end = {p: stop for p, _, stop in part.ranges}
     open_parts = {p for p, start, stop in part.ranges if start != stop}
     trackers: dict[int, InputTracker] = {}
@@ -474,7 +475,7 @@ def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Ite
     consumer.assign([TopicPartition(topic, p, start) for p, start, stop in part.ranges if start != stop])
     wait_s = opts.timeout if opts.timeout is not None else 120.0
     last_record = time.monotonic()
-    pending: list[DataRecord] = []
+    pending = DataColumns()
     pending_marks: list[int | None] | None = [] if with_watermark else None
     aside = _SetAside(opts, Progress(f"reader {topic} partitions {sorted(end)}"))
     try:
@@ -503,9 +504,14 @@ def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Ite
                     open_parts.discard(p)
                 value = msg.value()
                 if value and value[0] == 0:
-                    if not _same_run(msg, run):
+                    # same_run(), with its usual answer (no headers, or the run header first) decided inline.
+                    if (headers := msg.headers()) and headers[0] != run and not same_run(headers, run):
                         continue
-                    pending.append(DataRecord(p, off, msg.key(), value[1:], msg))
+                    pending.partitions.append(p)
+                    pending.offsets.append(off)
+                    pending.keys.append(msg.key())
+                    pending.payloads.append(value[1:])
+                    pending.messages.append(msg)
                     if pending_marks is not None:
                         pending_marks.append(marks[p])
                 elif with_watermark:
@@ -517,7 +523,7 @@ def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Ite
                 batch = aside.take(build(pending, topic, pending_marks))
                 if batch is not None:
                     yield batch
-                pending = []
+                pending = DataColumns()
                 pending_marks = [] if with_watermark else None
         if pending:
             batch = aside.take(build(pending, topic, pending_marks))
@@ -533,13 +539,6 @@ def _capped(mark: int | None, cap: int | None) -> int | None:
     if mark is None or cap is None:
         return None
     return min(mark, cap)
-
-
-def _same_run(msg: Any, run: bytes) -> bool:
-    for name, val in msg.headers() or ():
-        if name == HEADER_RUN:
-            return bool(val == run)
-    return True
 
 
 # ---------------------------------------------------------------------------------------------- timeouts
@@ -675,7 +674,7 @@ class _Policy:
     corrupt_binary: bool
 
 
-Columns = Callable[[list[DataRecord], str, "list[int | None] | None", dict[int, str]], "list[pa.Array | None]"]
+Columns = Callable[[DataColumns, str, "list[int | None] | None", dict[int, str]], "list[pa.Array | None]"]
 """Builds a batch's columns from its records (and ``_watermark`` values), entering each bad record's index
 and reason in the dict; ``None`` stands for the corrupt-record column, which the builder fills."""
 
@@ -689,18 +688,18 @@ def _settling(schema: pa.Schema, policy: _Policy, columns: Columns) -> Builder:
     bad record in the corrupt-record column. The records set aside (all but FAILFAST) are returned with
     their reasons, in reading order."""
 
-    def build(records: list[DataRecord], topic: str, marks: list[int | None] | None) -> Built:
+    def build(records: DataColumns, topic: str, marks: list[int | None] | None) -> Built:
         bad: dict[int, str] = {}
         arrays = columns(records, topic, marks, bad)
         if bad:
             first = min(bad)
             if policy.mode is BadRecordMode.FAILFAST:
-                r = records[first]
-                raise ReadError(f"topic {topic!r} partition {r.partition} offset {r.offset}: {bad[first]}{_HINT}")
-            aside = [(records[i], bad[i]) for i in sorted(bad)]
+                raise ReadError(f"topic {topic!r} partition {records.partitions[first]} offset "
+                                f"{records.offsets[first]}: {bad[first]}{_HINT}")
+            aside = [(records.record(i), bad[i]) for i in sorted(bad)]
             if policy.mode is BadRecordMode.DROPMALFORMED:
                 keep = [i for i in range(len(records)) if i not in bad]
-                batch, again = build([records[i] for i in keep], topic,
+                batch, again = build(records.select(keep), topic,
                                      None if marks is None else [marks[i] for i in keep])
                 if again:  # a record good on its own but not with the others: no way to tell which to drop
                     raise ReadError(f"topic {topic!r} partitions {_parts(records)}: cannot make a batch of the "
@@ -710,7 +709,8 @@ def _settling(schema: pa.Schema, policy: _Policy, columns: Columns) -> Builder:
             aside = []
         if policy.corrupt is not None:  # the schema has the column: null but for the bad records' values
             ctype = schema.field(policy.corrupt).type
-            corrupt = (pa.array([_raw_value(records[i], policy.corrupt_binary) if i in bad else None
+            payloads = records.payloads
+            corrupt = (pa.array([_raw_value(payloads[i], policy.corrupt_binary) if i in bad else None
                                  for i in range(len(records))], pa.binary() if policy.corrupt_binary else pa.string())
                        .cast(ctype) if bad else pa.nulls(len(records), ctype))
             arrays = [corrupt if a is None else a for a in arrays]
@@ -719,25 +719,39 @@ def _settling(schema: pa.Schema, policy: _Policy, columns: Columns) -> Builder:
     return build
 
 
-def _raw_value(record: DataRecord, binary: bool) -> bytes | str:
+def _raw_value(payload: bytes, binary: bool) -> bytes | str:
     """A bad record's value for the corrupt-record column: the user serde's bytes as they are (binary
     column), or as UTF-8 text with every byte that is not UTF-8 written ``\\xNN`` (string column)."""
-    return record.payload if binary else record.payload.decode("utf-8", "backslashreplace")
+    return payload if binary else payload.decode("utf-8", "backslashreplace")
 
 
-def _keys_as_text(records: list[DataRecord], bad: dict[int, str], escape: bool) -> list[str | None]:
-    """Keys as UTF-8 text; a key that is not UTF-8 is bad, and given with its bytes escaped (``\\xNN``)
-    when ``escape``, else as null."""
+def _all_utf8(chunks: list[bytes | None]) -> bool:
+    """Whether every chunk (``None`` skipped) is UTF-8 text, as Python's strict decoder judges it, in one
+    decode: pieces joined by an ASCII byte form valid UTF-8 exactly when every piece does."""
+    try:
+        b"\n".join(filter(None, chunks)).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _keys_as_text(records: DataColumns, bad: dict[int, str], escape: bool) -> pa.Array | list[str | None]:
+    """Keys as UTF-8 text: an Arrow string array when every key is UTF-8 (the usual case, without a Python
+    object per key); otherwise a list in which a key that is not UTF-8 is entered as bad, and given with
+    its bytes escaped (``\\xNN``) when ``escape``, else as null."""
+    keys = records.keys
+    if _all_utf8(keys):
+        return pa.array(keys, pa.binary()).cast(pa.string())
     out: list[str | None] = []
-    for i, r in enumerate(records):
-        if r.key is None:
+    for i, key in enumerate(keys):
+        if key is None:
             out.append(None)
             continue
         try:
-            out.append(r.key.decode("utf-8"))
+            out.append(key.decode("utf-8"))
         except UnicodeDecodeError:
             bad.setdefault(i, "the key is not UTF-8 text; declare the key field as binary to read it as bytes")
-            out.append(r.key.decode("utf-8", "backslashreplace") if escape else None)
+            out.append(key.decode("utf-8", "backslashreplace") if escape else None)
     return out
 
 
@@ -745,27 +759,30 @@ def _raw_builder(schema: pa.Schema, policy: _Policy) -> Builder:
     key_type = schema.field("key").type
     value_type = schema.field("value").type
 
-    def columns(records: list[DataRecord], _topic: str, _marks: list[int | None] | None,
+    def columns(records: DataColumns, _topic: str, _marks: list[int | None] | None,
                 bad: dict[int, str]) -> list[pa.Array | None]:
-        keys = (pa.array([r.key for r in records], pa.binary()) if pa.types.is_binary(key_type)
-                else pa.array(_keys_as_text(records, bad, escape=False), pa.string()).cast(key_type))
-        values = pa.array([r.payload for r in records], pa.binary())
+        if pa.types.is_binary(key_type):
+            keys = pa.array(records.keys, pa.binary())
+        else:
+            texts = _keys_as_text(records, bad, escape=False)
+            keys = (texts if isinstance(texts, pa.Array) else pa.array(texts, pa.string())).cast(key_type)
+        values = pa.array(records.payloads, pa.binary())
         if not pa.types.is_binary(value_type):
             try:
                 values = values.cast(value_type)
             except (pa.ArrowInvalid, pa.ArrowTypeError):
-                texts: list[str | None] = []
-                for i, r in enumerate(records):
+                decoded: list[str | None] = []
+                for i, payload in enumerate(records.payloads):
                     try:
-                        texts.append(r.payload.decode("utf-8"))
+                        decoded.append(payload.decode("utf-8"))
                     except UnicodeDecodeError:
                         bad.setdefault(i, "the value is not UTF-8 text; declare the value field as binary to "
                                           "read it as bytes")
-                        texts.append(None)
-                values = pa.array(texts, pa.string()).cast(value_type)
+                        decoded.append(None)
+                values = pa.array(decoded, pa.string()).cast(value_type)
         return [
-            pa.array([r.partition for r in records], schema.field("partition").type),
-            pa.array([r.offset for r in records], schema.field("offset").type),
+            pa.array(records.partitions, schema.field("partition").type),
+            pa.array(records.offsets, schema.field("offset").type),
             keys,
             values,
         ]
@@ -776,21 +793,24 @@ def _raw_builder(schema: pa.Schema, policy: _Policy) -> Builder:
 def _json_builder(schema: pa.Schema, policy: _Policy) -> Builder:
     loads = orjson.loads
     escape_keys = policy.mode is BadRecordMode.PERMISSIVE
+    get = dict.get
 
-    def columns(records: list[DataRecord], topic: str, marks: list[int | None] | None,
+    def columns(records: DataColumns, topic: str, marks: list[int | None] | None,
                 bad: dict[int, str]) -> list[pa.Array | None]:
+        payloads = records.payloads
         try:
-            objects = [loads(r.payload) for r in records]
+            objects = list(map(loads, payloads))
         except orjson.JSONDecodeError:
-            objects = [_loads_or_none(r.payload) for r in records]
+            objects = [_loads_or_none(payload) for payload in payloads]
             for i, obj in enumerate(objects):
                 if obj is _NOT_JSON:
                     bad[i] = "the value is not JSON"
-        for i, obj in enumerate(objects):
-            if type(obj) is not dict:
-                if i not in bad:
-                    bad[i] = f"the value is a JSON {type(obj).__name__}, not an object"
-                objects[i] = _NO_FIELDS
+        if objects and set(map(type, objects)) != {dict}:
+            for i, obj in enumerate(objects):
+                if type(obj) is not dict:
+                    if i not in bad:
+                        bad[i] = f"the value is a JSON {type(obj).__name__}, not an object"
+                    objects[i] = _NO_FIELDS
         arrays: list[pa.Array | None] = []
         for field in schema:
             name = field.name
@@ -798,19 +818,25 @@ def _json_builder(schema: pa.Schema, policy: _Policy) -> Builder:
                 arrays.append(None)
                 continue
             if name == _META_PARTITION:
-                values: list[Any] = [r.partition for r in records]
+                values: list[Any] = records.partitions
             elif name == _META_OFFSET:
-                values = [r.offset for r in records]
+                values = records.offsets
             elif name == _META_KEY:
                 if pa.types.is_binary(field.type):
-                    arrays.append(pa.array([r.key for r in records], field.type))
+                    arrays.append(pa.array(records.keys, field.type))
                     continue
-                values = _keys_as_text(records, bad, escape_keys)
+                texts = _keys_as_text(records, bad, escape_keys)
+                if isinstance(texts, pa.Array):
+                    if pa.types.is_string(field.type):
+                        arrays.append(texts)
+                        continue
+                    texts = texts.to_pylist()
+                values = texts
             elif name == _META_WATERMARK and marks is not None:
                 arrays.append(pa.array(marks, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(field.type))
                 continue
             else:
-                values = [o.get(name) for o in objects]
+                values = list(map(get, objects, repeat(name)))
             arrays.append(_column(values, field, records, topic, bad))
         return arrays
 
@@ -828,7 +854,7 @@ def _loads_or_none(payload: bytes) -> Any:
         return _NOT_JSON
 
 
-def _column(values: list[Any], field: pa.Field, records: list[DataRecord], topic: str,
+def _column(values: list[Any], field: pa.Field, records: DataColumns, topic: str,
             bad: dict[int, str]) -> pa.Array:
     """``values`` as an Arrow array of ``field``'s type. When some do not fit, each of them is entered in
     ``bad`` with the reason and made null. Raises :class:`ReadError` when the column does not fit while
@@ -848,6 +874,7 @@ def _column(values: list[Any], field: pa.Field, records: list[DataRecord], topic
         if not misfits:
             raise ReadError(f"topic {topic!r} partitions {_parts(records)}: field {field.name!r} does not fit type "
                             f"{field.type}: {exc}") from exc
+        values = list(values)  # may be the records' own column (_partition, _offset)
         for i in misfits:
             values[i] = None
         return _to_arrow(values, field.type)
@@ -863,5 +890,5 @@ def _to_arrow(values: list[Any], dtype: pa.DataType) -> pa.Array:
     return pa.array(values, dtype)
 
 
-def _parts(records: list[DataRecord]) -> list[int]:
-    return sorted({r.partition for r in records})
+def _parts(records: DataColumns) -> list[int]:
+    return sorted(set(records.partitions))

@@ -38,14 +38,13 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import DateType, NumericType, StructType, TimestampNTZType, TimestampType
 
+from controlmsg.core.codec import encode_json_rows
 from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
 from controlmsg.core.naming import driver_transactional_id, task_name, transactional_id
 from controlmsg.core.watermarks import WatermarkPolicy
@@ -55,6 +54,12 @@ from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
 from controlmsg.kafka.writer import ControlWriter
 from controlmsg.spark.options import WriteOptions
 from controlmsg.spark.progress import Progress
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# pyarrow (and pyarrow.compute, the slowest of all to import) is imported in the task functions that use it,
+# not here: the driver's short-lived Python workers that unpickle the writer to call commit() need neither.
 
 __all__ = ["BatchWriter", "StreamWriter", "TaskCommit", "end_stream", "run_status"]
 
@@ -346,6 +351,8 @@ def _json_default(value: Any) -> Any:
 
 def _utc(batch: pa.RecordBatch) -> pa.RecordBatch:
     """Zoned timestamp columns in UTC (the instant is the same), so the JSON says ``Z``."""
+    import pyarrow as pa
+
     columns = []
     changed = False
     for column in batch.columns:
@@ -359,6 +366,9 @@ def _utc(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 def _event_ms(column: pa.Array) -> int | None:
     """The largest event time of ``column`` in epoch ms (``None`` if all null)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     dtype = column.type
     if pa.types.is_timestamp(dtype):
         column = column.cast(pa.timestamp(dtype.unit, tz=dtype.tz)).cast(pa.int64())
@@ -375,9 +385,12 @@ def _event_ms(column: pa.Array) -> int | None:
 
 
 def _write_rows(writer: ControlWriter, batches: Iterator[pa.RecordBatch], plan: _Plan) -> tuple[int, int | None]:
-    """Send every row as a JSON record; return the number of rows and the largest event time."""
-    send = writer.send_bytes
-    dumps = orjson.dumps
+    """Send every row as a JSON record; return the number of rows and the largest event time. One
+    :meth:`~controlmsg.kafka.writer.ControlWriter.send_encoded` per Arrow batch: its values encoded in one
+    loop, its keys taken from the key column as one list."""
+    import pyarrow as pa
+
+    send = writer.send_encoded
     rows = 0
     max_t: int | None = None
     progress = Progress(f"writer {writer.topic} task {writer.task_name}")
@@ -386,15 +399,12 @@ def _write_rows(writer: ControlWriter, batches: Iterator[pa.RecordBatch], plan: 
             progress.log(f"{rows} rows written")
         if batch.num_rows == 0:
             continue
-        values = [dumps(row, default=_json_default, option=_JSON_OPTIONS) for row in _utc(batch).to_pylist()]
+        values = encode_json_rows(_utc(batch).to_pylist(), _json_default, _JSON_OPTIONS)
         if plan.key_index is None:
-            for value in values:
-                send(value)
+            send(values)
         else:
             keys = batch.column(plan.key_index)
-            texts = (keys if pa.types.is_string(keys.type) else keys.cast(pa.string())).to_pylist()
-            for value, key in zip(values, texts, strict=True):
-                send(value, key)
+            send(values, (keys if pa.types.is_string(keys.type) else keys.cast(pa.string())).to_pylist())
         if plan.event_time_index is not None:
             top = _event_ms(batch.column(plan.event_time_index))
             if top is not None and (max_t is None or top > max_t):

@@ -167,6 +167,58 @@ def test_transactions_hide_aborted_records(kafka_config: dict[str, Any], new_top
     assert isinstance(items[-1], StreamEnded)
 
 
+def test_send_encoded_and_poll_columns_are_send_and_poll_per_record(
+        kafka_config: dict[str, Any], new_topic: Callable[..., str]) -> None:
+    """The batch paths give the same records, keys, headers, positions and run filter as the per-record ones."""
+    from controlmsg.core.codec import encode_json_rows
+    from controlmsg.kafka import DataColumns
+    from controlmsg.kafka.writer import HEADER_RUN, HEADER_TASK
+
+    topic = new_topic(3)
+    rows = [{"n": n} for n in range(500)]
+    keys = [f"k{n % 7}" for n in range(500)]
+    with ControlWriter(kafka_config, topic, task_name="t0", task_count=2, run_id="r1", data_headers=True) as w:
+        w.send_encoded(encode_json_rows(rows[:250]), keys[:250])
+        w.send_encoded(encode_json_rows(rows[250:]))  # no keys
+        with pytest.raises(ValueError, match="keys"):
+            w.send_encoded(encode_json_rows(rows[:2]), keys[:1])
+        w.send_end_of_stream()
+    with ControlWriter(kafka_config, topic, task_name="t1", task_count=2, run_id="r0", data_headers=True) as old:
+        old.send_encoded(encode_json_rows([{"other": 1}]), ["k0"])  # another run: skipped by both readers
+    with ControlWriter(kafka_config, topic, task_name="t1", task_count=2, run_id="r1") as w:
+        w.send_encoded(encode_json_rows([{"n": 500}]), ["k0"])  # no headers: passes
+        w.send_end_of_stream()
+
+    with ControlReader(kafka_config, topic, run_id="r1") as reader:
+        items = list(reader.read_until_end(timeout=60))
+        expected_positions = reader.positions
+        expected_skipped = reader.skipped_other_run
+    expected = [i for i in items if isinstance(i, DataRecord)]
+    columns = DataColumns()
+    events = []
+    with ControlReader(kafka_config, topic, run_id="r1") as reader:
+        deadline = time.monotonic() + 60
+        while not reader.tracker.is_ended and time.monotonic() < deadline:
+            events.extend(reader.poll_columns(columns, 0.5))
+        assert reader.positions == expected_positions
+        assert reader.skipped_other_run == expected_skipped == 1
+    assert isinstance(events[-1], StreamEnded)
+    assert [e for e in items if not isinstance(e, DataRecord)] == events
+    got = [columns.record(i) for i in range(len(columns))]
+    assert sorted((r.partition, r.offset, r.key, r.payload) for r in got) == sorted(
+        (r.partition, r.offset, r.key, r.payload) for r in expected)
+    assert len(got) == 501
+    assert sorted(orjson.loads(p)["n"] for p in columns.payloads) == list(range(501))
+    keyed = [r for r in got if orjson.loads(r.payload)["n"] < 250]
+    assert all(r.key == f"k{orjson.loads(r.payload)['n'] % 7}".encode() for r in keyed)
+    assert all(r.key is None for r in got if 250 <= orjson.loads(r.payload)["n"] < 500)
+    headers = got[0].message.headers()
+    assert headers[0] == (HEADER_RUN, b"r1") and (HEADER_TASK, b"t0") in headers
+    picked = columns.select([2, 0])
+    assert (picked.offsets, picked.payloads) == ([columns.offsets[2], columns.offsets[0]],
+                                                  [columns.payloads[2], columns.payloads[0]])
+
+
 def test_delivery_error_is_raised(kafka_config: dict[str, Any], new_topic: Callable[..., str]) -> None:
     topic = new_topic(1)
     w = ControlWriter({**kafka_config, "message.timeout.ms": 1000}, topic, task_name="t", task_count=1,

@@ -10,7 +10,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controlmsg.core.codec import decode, decode_json_payload, encode_control, encode_json, encode_user
+from controlmsg.core.codec import (
+    decode,
+    decode_json_payload,
+    encode_control,
+    encode_json,
+    encode_json_rows,
+    encode_user,
+)
 from controlmsg.core.messages import (
     MAX_TIMESTAMP,
     MIN_TIMESTAMP,
@@ -363,3 +370,27 @@ def test_every_constructible_message_encodes(build: Any) -> None:
     except ValueError:
         return
     assert decode(encode_control(message)) == message
+
+
+def test_encode_json_rows_is_encode_json_per_row() -> None:
+    rows = [{"a": 1, "b": None}, {"a": 2.5, "b": "x"}, [1, 2], "s"]
+    assert encode_json_rows(rows) == [encode_json(r) for r in rows]
+    assert encode_json_rows(iter([{"t": 1}]), None, orjson.OPT_SORT_KEYS) == [b"\x00" + b'{"t":1}']
+    assert encode_json_rows([{"d": object()}], lambda v: "fallback") == [b'\x00{"d":"fallback"}']
+    with pytest.raises(TypeError):
+        encode_json_rows([{"d": object()}])
+
+
+def test_same_run_takes_the_first_run_header() -> None:
+    from controlmsg.kafka.reader import same_run
+    from controlmsg.kafka.writer import HEADER_RUN, HEADER_TASK
+
+    mine = (HEADER_RUN, b"r1")
+    assert same_run(None, mine) and same_run([], mine)
+    assert same_run([(HEADER_RUN, b"r1"), (HEADER_TASK, b"t")], mine)
+    assert not same_run([(HEADER_RUN, b"r2"), (HEADER_TASK, b"t")], mine)
+    assert same_run([(HEADER_TASK, b"t"), (HEADER_RUN, b"r1")], mine)  # another order: scanned
+    assert not same_run([(HEADER_TASK, b"t"), (HEADER_RUN, b"r2")], mine)
+    assert not same_run([(HEADER_TASK, b"t"), (HEADER_RUN, b"r2"), (HEADER_RUN, b"r1")], mine)  # the first
+    assert not same_run([(HEADER_TASK, b"t"), (HEADER_RUN, None)], mine)
+    assert same_run([(HEADER_TASK, b"t")], mine)  # no run header: the record passes
