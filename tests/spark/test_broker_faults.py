@@ -78,7 +78,10 @@ def _free_ports(count: int) -> int:
 
 class Fault(threading.Thread):
     """Runs ``action`` once ``topic`` exists and holds a record (the run is writing it), in the background;
-    keeps when it fired, how long it took, and what it raised."""
+    keeps when it fired, how long it took, and what it raised. It waits as long as the run goes on (a
+    loaded machine may take minutes to start the jobs): :meth:`run_ended` ends the wait without firing."""
+
+    WAIT_S = 600.0
 
     def __init__(self, config: dict[str, Any], topic: str, action: Callable[[], None]) -> None:
         super().__init__(daemon=True)
@@ -86,33 +89,46 @@ class Fault(threading.Thread):
         self.fired_at: float | None = None
         self.took = 0.0
         self.error: BaseException | None = None
+        self._ended = threading.Event()
+
+    def run_ended(self, timeout: float = 120.0) -> None:
+        """The run is over: stop waiting (a fault that has not fired never will), and wait for the thread."""
+        self._ended.set()
+        self.join(timeout)
+
+    def _waiting(self, deadline: float, what: str) -> bool:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} within {self.WAIT_S:.0f} s")
+        return not self._ended.is_set()
 
     def run(self) -> None:
         try:
-            self._wait_for_records()
+            if not self._wait_for_records():
+                return
             self.fired_at = time.monotonic()
             self.action()
             self.took = time.monotonic() - self.fired_at
         except BaseException as exc:  # reported by the test
             self.error = exc
 
-    def _wait_for_records(self) -> None:
-        deadline = time.monotonic() + 120
+    def _wait_for_records(self) -> bool:
+        """True once the topic holds a record; False if the run ended first."""
+        deadline = time.monotonic() + self.WAIT_S
         while partition_count(self.config, self.topic, timeout=5) is None:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"topic {self.topic} never appeared")
+            if not self._waiting(deadline, f"topic {self.topic} did not appear"):
+                return False
             time.sleep(0.02)
         consumer = Consumer({**self.config, "group.id": "fault-probe"})
         try:
-            while time.monotonic() < deadline:
+            while self._waiting(deadline, f"topic {self.topic} held no record"):
                 with contextlib.suppress(KafkaException):
                     if any(consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=2)[1] > 0
                            for p in range(2)):
-                        return
+                        return True
                 time.sleep(0.01)
         finally:
             consumer.close()
-        raise TimeoutError(f"topic {self.topic} never held a record")
+        return False
 
 
 def _backfill_under_fault(spark: SparkSession, servers: str, tmp_path: Path, action: Callable[[str], None], *,
@@ -130,10 +146,11 @@ def _backfill_under_fault(spark: SparkSession, servers: str, tmp_path: Path, act
     try:
         summary = run_pipeline_in_session(spark, servers, output=output, partitions=partitions, tasks=2, **opts)
     finally:
-        fault.join(timeout=120)
-    took = time.monotonic() - started
+        took = time.monotonic() - started
+        fault.run_ended()
     assert fault.error is None, f"the fault itself failed: {fault.error!r}"
-    assert fault.fired_at is not None and fault.fired_at - started < took  # it struck mid-run
+    assert fault.fired_at is not None, "the run ended before the fault could strike"
+    assert fault.fired_at - started < took  # it struck mid-run
     rows = assert_matches_oracle(spark, output, **opts)
     assert rows > 20 * 5 and summary["sink"]["rows_out"] == rows
     assert summary["ingest"]["rows_in"] == EVENTS
@@ -150,19 +167,19 @@ class _FaultOnNewTopic(Fault):
         super().__init__(config, "", lambda: action(self.topic))
         self._before = set(AdminClient(config).list_topics(timeout=30).topics)
 
-    def _wait_for_records(self) -> None:
+    def _wait_for_records(self) -> bool:
         admin = AdminClient(self.config)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + self.WAIT_S
         while not self.topic:
             new = [t for t in admin.list_topics(timeout=10).topics
                    if t not in self._before and t.startswith("t-") and t.endswith("-events")]
             if new:
                 self.topic = new[0]
-            elif time.monotonic() > deadline:
-                raise TimeoutError("no events topic appeared")
+            elif not self._waiting(deadline, "no events topic appeared"):
+                return False
             else:
                 time.sleep(0.02)
-        super()._wait_for_records()
+        return super()._wait_for_records()
 
 
 # ------------------------------------------------------------------------------------ a single broker
@@ -336,10 +353,11 @@ def test_streaming_on_three_nodes_survives_a_leader_killed(cluster: ClusterHandl
         capture_output=True, text=True, timeout=600, check=False,
     )
     took = time.monotonic() - started
-    fault.join(timeout=60)
+    fault.run_ended()
     assert done.returncode == 0, done.stderr[-3000:]
     assert fault.error is None, f"the fault itself failed: {fault.error!r}"
-    assert killed and fault.fired_at is not None and fault.fired_at - started < took
+    assert fault.fired_at is not None, "the run ended before the fault could strike"
+    assert killed and fault.fired_at - started < took
     rows = assert_matches_oracle(spark, str(output), input_path=str(events), key="user", event_time="event_time",
                                  window="1m", sums=["amount"])
     assert rows > 30
