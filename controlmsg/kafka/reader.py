@@ -234,15 +234,7 @@ class ControlReader:
         record, so a checkpoint saved in between resumes there). Raises
         :class:`~controlmsg.errors.ReadError` when Kafka reports an error.
         """
-        if self._error is not None:
-            raise self._error
-        if self.stop_at_end and self.tracker.is_ended:
-            return []
-        msgs: list[Any]  # confluent-kafka's Message offsets are Optional; records read are never None
-        try:
-            msgs = self._consumer.consume(self.batch_size, timeout)
-        except KafkaException as exc:
-            raise ReadError(f"reading topic {self.topic!r} failed: {exc.args[0]}") from exc
+        msgs = self._consume(timeout)
         items: list[Item] = []
         append = items.append
         positions = self._positions
@@ -250,14 +242,10 @@ class ControlReader:
         new, record_type, user_byte = _new_record, DataRecord, _USER_BYTE
         set_partition, set_offset, set_key, set_payload, set_message = (
             _set_partition, _set_offset, _set_key, _set_payload, _set_message)
-        for msg in cast(list[Any], msgs):
-            err = msg.error()
-            if err is not None:
-                if err.code() == _PARTITION_EOF:
-                    continue
-                raise ReadError(
-                    f"reading topic {self.topic!r} partition {msg.partition()} failed: {err.str()}"
-                )
+        for msg in msgs:
+            if msg.error() is not None:
+                self._check_error(msg)  # raises, or passes an end-of-partition event
+                continue
             p = msg.partition()
             off = msg.offset()
             value = msg.value()
@@ -280,20 +268,32 @@ class ControlReader:
                 break
         return items
 
+    def _consume(self, timeout: float) -> list[Any]:
+        """The next messages for :meth:`poll` and :meth:`poll_columns` (none once a bad record stopped the
+        reader, or after end of stream with ``stop_at_end``). Raises what they document."""
+        if self._error is not None:
+            raise self._error
+        if self.stop_at_end and self.tracker.is_ended:
+            return []
+        try:
+            # confluent-kafka's Message offsets are Optional; records read are never None
+            return cast(list[Any], self._consumer.consume(self.batch_size, timeout))
+        except KafkaException as exc:
+            raise ReadError(f"reading topic {self.topic!r} failed: {exc.args[0]}") from exc
+
+    def _check_error(self, msg: Any) -> None:
+        """A message that carries an error: end of a partition passes, anything else raises
+        :class:`~controlmsg.errors.ReadError` naming the partition."""
+        err = msg.error()
+        if err.code() != _PARTITION_EOF:
+            raise ReadError(f"reading topic {self.topic!r} partition {msg.partition()} failed: {err.str()}")
+
     def poll_columns(self, into: DataColumns, timeout: float = 1.0) -> list[Event]:
         """:meth:`poll`, with the user messages appended to ``into`` (no :class:`DataRecord` per record)
         and the events returned. The same records, skips, positions and errors as :meth:`poll`; what it
         does not give is the order of user messages relative to the events (read them as "the data of
         this batch, and the events it caused")."""
-        if self._error is not None:
-            raise self._error
-        if self.stop_at_end and self.tracker.is_ended:
-            return []
-        msgs: list[Any]
-        try:
-            msgs = self._consumer.consume(self.batch_size, timeout)
-        except KafkaException as exc:
-            raise ReadError(f"reading topic {self.topic!r} failed: {exc.args[0]}") from exc
+        msgs = self._consume(timeout)
         events: list[Event] = []
         positions = self._positions
         filter_run = self._filter_run
@@ -301,14 +301,10 @@ class ControlReader:
         add_partition, add_offset, add_key, add_payload, add_message = (
             into.partitions.append, into.offsets.append, into.keys.append, into.payloads.append,
             into.messages.append)
-        for msg in cast(list[Any], msgs):
-            err = msg.error()
-            if err is not None:
-                if err.code() == _PARTITION_EOF:
-                    continue
-                raise ReadError(
-                    f"reading topic {self.topic!r} partition {msg.partition()} failed: {err.str()}"
-                )
+        for msg in msgs:
+            if msg.error() is not None:
+                self._check_error(msg)  # raises, or passes an end-of-partition event
+                continue
             p = msg.partition()
             off = msg.offset()
             value = msg.value()
