@@ -32,6 +32,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 from pyspark.sql import SparkSession
 
+from controlmsg.errors import TopicError
 from controlmsg.kafka.admin import partition_count
 from controlmsg.testing.broker import BrokerHandle, start_broker, stop_broker
 from controlmsg.testing.kraft_cluster import (
@@ -108,10 +109,18 @@ class Fault(threading.Thread):
         except BaseException as exc:  # reported by the test
             self.error = exc
 
+    def _exists(self) -> bool:
+        """Whether the topic exists; a cluster too busy to answer within 5 s counts as not yet (the probe
+        asks again: it must not fail the test for the cluster's slowness, only the run may)."""
+        try:
+            return partition_count(self.config, self.topic, timeout=5) is not None
+        except TopicError:
+            return False
+
     def _wait_for_records(self) -> bool:
         """True once the topic holds a record; False if the run ended first."""
         deadline = time.monotonic() + self.WAIT_S
-        while partition_count(self.config, self.topic, timeout=5) is None:
+        while not self._exists():
             if not self._waiting(deadline, f"topic {self.topic} did not appear"):
                 return False
             time.sleep(0.02)
@@ -168,8 +177,10 @@ class _FaultOnNewTopic(Fault):
         admin = AdminClient(self.config)
         deadline = time.monotonic() + self.WAIT_S
         while not self.topic:
-            new = [t for t in admin.list_topics(timeout=10).topics
-                   if t not in self._before and t.startswith("t-") and t.endswith("-events")]
+            new: list[str] = []
+            with contextlib.suppress(KafkaException):  # a busy cluster: ask again
+                new = [t for t in admin.list_topics(timeout=10).topics
+                       if t not in self._before and t.startswith("t-") and t.endswith("-events")]
             if new:
                 self.topic = new[0]
             elif not self._waiting(deadline, "no events topic appeared"):
