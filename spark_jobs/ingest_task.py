@@ -39,10 +39,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from controlmsg.core.messages import MIN_TIMESTAMP
 from controlmsg.core.naming import task_name, transactional_id
+from controlmsg.core.progress import format_duration, format_timestamp
 from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import CheckpointError, ReadError
 from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import ControlWriter
+from controlmsg.spark.progress import Progress
 
 __all__ = ["IngestSummary", "parse_event_time", "run_ingest_task", "source_group"]
 
@@ -167,7 +169,11 @@ def run_ingest_task(
         last_seen = dict.fromkeys(positions, time.monotonic())  # per source partition: when it last gave a record
         next_commit = time.monotonic() + watermark_interval_s
         credit, credited_at = 0.0, time.monotonic()  # max_rate: a token bucket holding at most 0.1 s of records
+        lines = Progress(f"stream_ingest task {task_index}")
         while True:
+            if lines.due():
+                lines.log(_progress_line(records, lines.rate(records), rejected, last_mark, task_idle, commits,
+                                            positions, until))
             done = until is not None and all(positions[p] >= until.get(p, 0) for p in positions)
             stopping = done or (stop is not None and stop(records))
             batch = 1000
@@ -247,6 +253,22 @@ def run_ingest_task(
         raise ReadError(f"ingest task {task_index} of {source_topic!r}: {exc.args[0]}") from exc
     finally:
         consumer.close()
+
+
+def _progress_line(records: int, rate: float | None, rejected: int, mark: int | None, idle: bool, commits: int,
+                   positions: Mapping[int, int], until: Mapping[int, int] | None) -> str:
+    """What an ingest task has done, for a person: records written and their rate, rejects, its watermark
+    and the lag behind the wall clock, idleness, commits, and the source partitions that reached the end."""
+    line = f"{records:,} records" + (f" ({rate:,.0f}/s)" if rate is not None else "") + f", {rejected:,} rejected"
+    if mark is None:
+        line += ", no watermark yet"
+    else:
+        line += (f", watermark {format_timestamp(mark)} (lag {format_duration(time.time() - mark / 1000)})"
+                 + (" idle" if idle else ""))
+    line += f", {commits} commits"
+    if until is not None:
+        line += f", {len(_ended(positions, until))} of {len(positions)} source partitions at their end"
+    return line
 
 
 def _task_progress(positions: Mapping[int, int], max_event: Mapping[int, int],

@@ -37,6 +37,7 @@ from controlmsg.errors import CheckpointError, ControlMsgError
 from controlmsg.kafka.checkpoint import FileCheckpointStore
 from controlmsg.kafka.reader import ControlReader, DataRecord
 from controlmsg.kafka.settings import add_client_options
+from controlmsg.spark.progress import Progress
 
 __all__ = ["build_parser", "checkpoint_path", "iso_ms", "main", "run_stream_sink"]
 
@@ -141,7 +142,10 @@ def run_stream_sink(
             deadline = None if timeout_s is None else time.monotonic() + timeout_s
             next_save = time.monotonic() + checkpoint_interval_s
             dirty = saved is None
+            progress = Progress("stream_sink")
             while not reader.tracker.is_ended:
+                if progress.due():
+                    progress.upstream(reader.tracker, written)
                 if (stop is not None and stop()) or (deadline is not None and time.monotonic() >= deadline):
                     break
                 for item in reader.poll(min(0.1, checkpoint_interval_s)):

@@ -67,6 +67,9 @@ def run_long_running_tasks(spark: SparkSession, n: int, body: Body,
                          "(raise the cores of the master, e.g. local[N], or spark.cores.max)")
 
     def task(i: int) -> dict[str, Any]:
+        from controlmsg.kafka.settings import worker_logging
+
+        worker_logging()
         if stop is None:
             return body(i, _never)
         watch = stop.watch()

@@ -47,6 +47,7 @@ from controlmsg.kafka.checkpoint import Checkpoint
 from controlmsg.kafka.reader import ControlReader, DataRecord
 from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import ControlWriter
+from controlmsg.spark.progress import Progress
 
 __all__ = [
     "HEADER_LATE_OFFSET",
@@ -385,7 +386,12 @@ def run_window_task(
             return summary
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         next_commit = time.monotonic() + commit_interval_s
+        progress = Progress(f"stream_window task {task_index}")
         while True:
+            if progress.due():
+                progress.upstream(task.reader.tracker, task.records,
+                                  f"{task.windows.open_windows:,} open windows, {task.windows.late_count:,} late, "
+                                  f"{task.windows_emitted:,} emitted, {task.commits} commits")
             if (stop is not None and stop()) or (deadline is not None and time.monotonic() >= deadline):
                 if task.dirty:
                     task.commit()

@@ -47,6 +47,7 @@ __all__ = [
     "parse_settings",
     "read_properties",
     "resolve_bootstrap_servers",
+    "worker_logging",
     "write_properties",
 ]
 
@@ -91,6 +92,8 @@ class RepeatFilter(logging.Filter):
         self._last: dict[str, tuple[float, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno <= logging.DEBUG:  # asked for (``-X debug=...``): every line counts
+            return True
         text = record.getMessage()
         kind = record.name + _VARYING.sub("", text)[:300]
         now = time.monotonic()
@@ -111,6 +114,20 @@ CLIENT_LOGGER: Final = logging.getLogger("controlmsg.kafka.client")
 logging's: ``%3|...|FAIL|...`` is an ERROR record ``FAIL [rdkafka#consumer-1] ...``), each kind of line
 at most once per 10 s (:class:`RepeatFilter`)."""
 CLIENT_LOGGER.addFilter(RepeatFilter())
+
+
+def worker_logging() -> None:
+    """In a process that has set up no logging (a Spark Python worker), send :data:`CLIENT_LOGGER`'s
+    lines to stderr, which Spark keeps in the executor's log (in local mode, the application's own
+    stderr): every level, so the lines of ``-X debug=...`` appear there too. Idempotent; leaves a process
+    whose logging is configured alone."""
+    if CLIENT_LOGGER.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s pid %(process)d %(name)s: %(message)s"))
+    CLIENT_LOGGER.addHandler(handler)
+    CLIENT_LOGGER.setLevel(logging.DEBUG)
+    CLIENT_LOGGER.propagate = False
 
 
 def for_client(config: Mapping[str, Any], kind: Literal["producer", "consumer", "admin"]) -> dict[str, Any]:

@@ -80,7 +80,7 @@ from controlmsg.errors import ControlMsgError, Location, ProtocolError, ReadErro
 from controlmsg.kafka.admin import wait_for_topic
 from controlmsg.kafka.deadletter import DeadLetters, check_dead_letter_topic
 from controlmsg.kafka.reader import ControlReader, DataColumns, DataRecord, same_run
-from controlmsg.kafka.settings import for_client
+from controlmsg.kafka.settings import for_client, worker_logging
 from controlmsg.kafka.writer import HEADER_RUN
 from controlmsg.spark.options import BadRecordMode, ReadOptions
 from controlmsg.spark.progress import Progress
@@ -195,6 +195,7 @@ def _groups(partitions: Sequence[int], opts: ReadOptions) -> list[list[int]]:
 
 def _read_to_end(opts: ReadOptions, schema: StructType, partitions: list[int]) -> Iterator[pa.RecordBatch]:
     """Read ``partitions`` to end of stream, yielding Arrow batches of ``schema`` (runs in a worker)."""
+    worker_logging()
     started = time.monotonic()
     deadline = None if opts.timeout is None else started + opts.timeout
     build, _ = _builder(schema, opts)
@@ -459,6 +460,7 @@ def _consumer_conf(opts: ReadOptions, *, eof: bool) -> dict[str, Any]:
 def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Iterator[pa.RecordBatch]:
     """Read the planned ``[start, end)`` offsets of some partitions (runs in a worker). The driver has read
     them already, so every offset up to ``end - 1`` that ``read_committed`` delivers is there."""
+    worker_logging()
     build, with_watermark = _builder(schema, opts)
     topic = opts.topic
     run = (HEADER_RUN, opts.run_id.encode())

@@ -51,6 +51,7 @@ from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import ControlMsgError
 from controlmsg.kafka.admin import create_topic, partition_count
 from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
+from controlmsg.kafka.settings import worker_logging
 from controlmsg.kafka.writer import ControlWriter
 from controlmsg.spark.options import WriteOptions
 from controlmsg.spark.progress import Progress
@@ -300,6 +301,8 @@ def _write_task(plan: _Plan, batches: Iterator[pa.RecordBatch], *, batch_id: int
                 stage: Callable[[str, ControlWriter], None] | None) -> TaskCommit:
     """The body of one write task (runs in a Spark Python worker)."""
     from pyspark import TaskContext
+
+    worker_logging()
 
     started = time.monotonic()
     ctx = TaskContext.get()
