@@ -42,6 +42,7 @@ from controlmsg.core.naming import task_name, transactional_id
 from controlmsg.core.progress import format_duration, format_timestamp
 from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import CheckpointError, ReadError
+from controlmsg.kafka.retry import ConsumerErrors
 from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import ControlWriter
 from controlmsg.spark.progress import Progress
@@ -170,6 +171,7 @@ def run_ingest_task(
         next_commit = time.monotonic() + watermark_interval_s
         credit, credited_at = 0.0, time.monotonic()  # max_rate: a token bucket holding at most 0.1 s of records
         lines = Progress(f"stream_ingest task {task_index}")
+        errors = ConsumerErrors()
         while True:
             if lines.due():
                 lines.log(_progress_line(records, lines.rate(records), rejected, last_mark, task_idle, commits,
@@ -192,7 +194,7 @@ def run_ingest_task(
             now = time.monotonic()
             for msg in msgs:
                 if msg.error() is not None:
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                    if msg.error().code() == KafkaError._PARTITION_EOF or errors.passes(msg.error(), msg.partition()):
                         continue
                     raise ReadError(f"reading {source_topic!r} partition {msg.partition()}: {msg.error()}")
                 p, off = msg.partition(), msg.offset()

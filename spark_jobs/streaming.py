@@ -1,9 +1,11 @@
 """Long-running Spark tasks: the runtime of the streaming jobs (see docs/STREAMING.md).
 
-A streaming job is one Spark job of ``n`` tasks that all run at once and each loop until their input
-ends: task ``i`` runs ``body(i, stop)`` in a Python worker and returns a JSON-compatible summary. Spark's
-task retry is the restart: a task that fails (or whose executor dies) is started again, and the body
-resumes from its own committed state in Kafka. A graceful stop (SIGTERM, SIGINT: see
+A streaming job runs ``n`` logical tasks that all run at once and each loop until their input ends:
+task ``i`` runs ``body(i, stop)`` and returns a JSON-compatible summary. They run in one Spark job of at
+most as many Spark tasks as the application has task slots, each Spark task running its share of the
+logical tasks in threads of its Python worker (:func:`slot_groups`). Spark's task retry is the restart:
+a Spark task that fails (or whose executor dies) is started again, and each body resumes from its own
+committed state in Kafka. A graceful stop (SIGTERM, SIGINT: see
 :mod:`spark_jobs.stopping`) reaches the tasks through ``stop``: true once the driver asked them to stop,
 after which each commits and returns.
 """
@@ -20,7 +22,7 @@ from pyspark.sql import SparkSession
 from spark_jobs.common import job_logger
 from spark_jobs.stopping import STOP_GRACE_S, StopChannel, StopRequested, installed
 
-__all__ = ["Body", "partition_groups", "run_long_running_tasks"]
+__all__ = ["Body", "partition_groups", "run_long_running_tasks", "slot_groups"]
 
 Body = Callable[[int, Callable[[], bool]], dict[str, Any]]
 """A task's work: ``body(i, stop)`` loops until its input ends or ``stop()`` is true (then it commits
@@ -45,46 +47,97 @@ def _never() -> bool:
     return False
 
 
+def slot_groups(n: int, slots: int) -> list[list[int]]:
+    """Deal ``n`` logical tasks to ``min(n, slots)`` Spark tasks round-robin (Spark task ``j`` runs the
+    logical tasks ``j, j + slots, ...``). ``slots`` < 1 counts as 1."""
+    width = max(1, min(n, slots))
+    return [list(range(j, n, width)) for j in range(width)]
+
+
+def _run_group(indices: list[int], body: Body, watch: Callable[[], bool]) -> list[dict[str, Any]]:
+    """Run the logical tasks ``indices`` in one Spark task: one thread each, all at once. ``stop()`` of
+    each is ``watch()`` (under a lock: one stop consumer serves them all) or, once a sibling failed, true:
+    the others then commit and return, and the first failure is raised, so Spark's retry restarts the
+    group and every task resumes from its own commit. Returns the summaries in ``indices`` order."""
+    if len(indices) == 1:
+        return [body(indices[0], watch)]
+    lock = threading.Lock()
+    failed = threading.Event()
+    errors: list[BaseException] = []
+    summaries: dict[int, dict[str, Any]] = {}
+
+    def stopped() -> bool:
+        if failed.is_set():
+            return True
+        with lock:
+            return watch()
+
+    def run(i: int) -> None:
+        try:
+            summaries[i] = body(i, stopped)
+        except BaseException as exc:
+            errors.append(exc)
+            failed.set()
+
+    threads = [threading.Thread(target=run, args=(i,), name=f"logical-task-{i}", daemon=True) for i in indices]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return [summaries[i] for i in indices]
+
+
 def run_long_running_tasks(spark: SparkSession, n: int, body: Body,
                            stop: StopChannel | None = None) -> list[dict[str, Any]]:
-    """Run ``body(0, stop) ... body(n-1, stop)`` as ``n`` concurrent Spark tasks; block until all return;
-    return their summaries in task order.
+    """Run ``body(0, stop) ... body(n-1, stop)``, all at once, until all return; return their summaries
+    in task order.
+
+    The ``n`` tasks are logical: they are dealt to at most as many Spark tasks as the application has task
+    slots (default parallelism; :func:`slot_groups`), and a Spark task runs its share in one thread each.
+    A logical task keeps its identity, state and exactly-once commits wherever it runs; with fewer cores
+    than tasks the threads share the cores (throughput degrades, nothing waits for a slot). A failure of
+    one logical task stops its siblings in the same Spark task at their next commit and fails that Spark
+    task; Spark's retry restarts the group and each task resumes from its own commit.
 
     Graceful stop: when the process has a :class:`~spark_jobs.stopping.Stopper` installed and ``stop``
     is given, a signal makes this write the stop record (the tasks' ``stop()`` then turns true at their
     next turn); tasks still running :data:`~spark_jobs.stopping.STOP_GRACE_S` later are cancelled (their
     open transactions are aborted by the next start). It then raises
     :class:`~spark_jobs.stopping.StopRequested` (with the summaries when the tasks returned), unless every
-    task's summary says ``ended``. Without ``stop`` the tasks' ``stop()`` is always false.
-
-    Raises ``ValueError`` when the application has fewer than ``n`` task slots (default parallelism):
-    the tasks wait on each other's progress, so a task that could only start after another ended would
-    stall the pipeline. ``body`` is pickled (cloudpickle) to the workers.
+    task's summary says ``ended``. Without ``stop`` the tasks' ``stop()`` is always false. ``body`` is
+    pickled (cloudpickle) to the workers.
     """
-    slots = spark.sparkContext.defaultParallelism
-    if n > slots:
-        raise ValueError(f"{n} long-running tasks need {n} task slots, this application has {slots} "
-                         "(raise the cores of the master, e.g. local[N], or spark.cores.max)")
+    groups = slot_groups(n, spark.sparkContext.defaultParallelism)
+    if len(groups) < n:
+        _log.info("%d logical tasks on %d task slots: %s", n, len(groups), groups)
 
-    def task(i: int) -> dict[str, Any]:
+    def task(j: int) -> list[dict[str, Any]]:
         from controlmsg.kafka.settings import worker_logging
 
         worker_logging()
         if stop is None:
-            return body(i, _never)
+            return _run_group(groups[j], body, _never)
         watch = stop.watch()
         try:
-            return body(i, watch)
+            return _run_group(groups[j], body, watch)
         finally:
             watch.close()
 
     sc = spark.sparkContext
     group = f"controlmsg-long-running-{uuid.uuid4().hex[:8]}"
-    sc.setJobGroup(group, f"{n} long-running tasks", interruptOnCancel=True)
-    rdd = sc.parallelize(range(n), n)
+    sc.setJobGroup(group, f"{n} long-running tasks on {len(groups)} task slots", interruptOnCancel=True)
+    rdd = sc.parallelize(range(len(groups)), len(groups))
+
+    def in_task_order(per_slot: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        found = {i: summary for indices, got in zip(groups, per_slot, strict=True)
+                 for i, summary in zip(indices, got, strict=True)}
+        return [found[i] for i in range(n)]
+
     stopper = installed()
     if stopper is None or stop is None:
-        return rdd.map(task).collect()
+        return in_task_order(rdd.map(task).collect())
     done = threading.Event()
 
     def relay() -> None:  # driver side: signal -> stop record -> (after the grace) cancellation
@@ -103,7 +156,7 @@ def run_long_running_tasks(spark: SparkSession, n: int, body: Body,
         thread = threading.Thread(target=relay, name="stop-relay", daemon=True)
         thread.start()
         try:
-            summaries = rdd.map(task).collect()
+            summaries = in_task_order(rdd.map(task).collect())
         except Exception as exc:
             if stopper.signum is not None:
                 raise StopRequested(stopper.signum, "tasks cancelled before they reached a commit") from exc

@@ -42,9 +42,10 @@ from controlmsg.core.codec import decode_json_payload
 from controlmsg.core.naming import task_name, transactional_id
 from controlmsg.core.windows import LateRecord, TumblingWindows, WindowResult
 from controlmsg.errors import CheckpointError, DecodeError, ReadError
-from controlmsg.kafka.admin import wait_for_topic
+from controlmsg.kafka.admin import wait_for_topic, watermark_offsets
 from controlmsg.kafka.checkpoint import Checkpoint
 from controlmsg.kafka.reader import ControlReader, DataRecord
+from controlmsg.kafka.retry import ConsumerErrors
 from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import ControlWriter
 from controlmsg.spark.progress import Progress
@@ -115,8 +116,9 @@ def read_task_state(config: Mapping[str, Any], state_topic: str, run_id: str, ta
         "auto.offset.reset": "earliest",
         "enable.partition.eof": True,
     })
+    errors = ConsumerErrors()
     try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(state_topic, partition), timeout=timeout)
+        low, high = watermark_offsets(consumer, state_topic, partition, timeout)
         if high <= low:
             return None
         consumer.assign([TopicPartition(state_topic, partition, OFFSET_BEGINNING)])
@@ -135,6 +137,8 @@ def read_task_state(config: Mapping[str, Any], state_topic: str, run_id: str, ta
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         at_end = msg.offset() >= high
+                        continue
+                    if errors.passes(err, msg.partition()):
                         continue
                     raise ReadError(f"reading state topic {state_topic!r} failed: {err.str()}")
                 if msg.key() == wanted:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -18,7 +18,7 @@ from controlmsg.kafka.settings import for_client
 
 __all__ = [
     "TopicSettings", "add_topic_options", "create_topic", "end_offsets", "partition_count", "topic_settings_from_args",
-    "wait_for_topic",
+    "wait_for_topic", "watermark_offsets",
 ]
 
 
@@ -173,10 +173,36 @@ def wait_for_topic(config: Mapping[str, Any], topic: str, timeout: float | None 
         time.sleep(0.2)
 
 
+def watermark_offsets(consumer: Consumer, topic: str, partition: int, timeout: float = 10.0) -> tuple[int, int]:
+    """``consumer.get_watermark_offsets`` of a partition of a topic that exists, asked again for up to
+    ``timeout`` s while the answer is retriable (:mod:`controlmsg.kafka.retry`) or "unknown topic or
+    partition": a topic just created is described by the controller before every leader knows its
+    partitions. Raises :class:`TopicError` naming the partition."""
+    from confluent_kafka import TopicPartition
+
+    def ask() -> tuple[int, int]:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
+            return int(low), int(high)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if isinstance(error, KafkaError) and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE, error.str())) from exc
+            raise
+
+    try:
+        return retrying(ask, timeout=timeout)
+    except KafkaException as exc:
+        error = exc.args[0]
+        raise TopicError(f"cannot get the offsets of topic {topic!r} partition {partition}: "
+                         f"{error.str() if isinstance(error, KafkaError) else exc}") from exc
+
+
 def end_offsets(config: Mapping[str, Any], topic: str, timeout: float = 10.0) -> dict[int, int]:
     """The current end offset (high watermark) of every partition of ``topic``. Raises
-    :class:`TopicError` when the topic does not exist."""
-    from confluent_kafka import Consumer, TopicPartition
+    :class:`TopicError` when the topic does not exist, or when a partition's end cannot be had within
+    ``timeout`` s (naming the partition; see :func:`watermark_offsets`)."""
+    from confluent_kafka import Consumer
 
     count = partition_count(config, topic, timeout)
     if count is None:
@@ -184,6 +210,6 @@ def end_offsets(config: Mapping[str, Any], topic: str, timeout: float = 10.0) ->
     consumer = Consumer({**for_client(config, "consumer"), "group.id": "controlmsg-end-offsets",
                          "enable.auto.commit": False})
     try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1] for p in range(count)}
+        return {p: watermark_offsets(consumer, topic, p, timeout)[1] for p in range(count)}
     finally:
         consumer.close()

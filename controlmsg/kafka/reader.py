@@ -34,6 +34,7 @@ from controlmsg.kafka.deadletter import (
     DeadLetters,
     check_dead_letter_topic,
 )
+from controlmsg.kafka.retry import ConsumerErrors
 from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import HEADER_RUN, HEADER_TASK
 
@@ -179,6 +180,7 @@ class ControlReader:
         self._filter_run = (HEADER_RUN, run_id.encode()) if run_id is not None else None
         self.skipped_other_run = 0
         self._error: ProtocolError | None = None
+        self._errors = ConsumerErrors()
         count = wait_for_topic(config, topic, topic_timeout)
         owned = sorted(partitions) if partitions is not None else list(range(count))
         if not owned or owned[0] < 0 or owned[-1] >= count:
@@ -282,10 +284,12 @@ class ControlReader:
             raise ReadError(f"reading topic {self.topic!r} failed: {exc.args[0]}") from exc
 
     def _check_error(self, msg: Any) -> None:
-        """A message that carries an error: end of a partition passes, anything else raises
+        """A message that carries an error: end of a partition passes, so does an error the consumer
+        recovers from by itself while it has not lasted (:class:`~controlmsg.kafka.retry.ConsumerErrors`:
+        a leader that has not heard of a new topic yet, a leader that died); anything else raises
         :class:`~controlmsg.errors.ReadError` naming the partition."""
         err = msg.error()
-        if err.code() != _PARTITION_EOF:
+        if err.code() != _PARTITION_EOF and not self._errors.passes(err, msg.partition()):
             raise ReadError(f"reading topic {self.topic!r} partition {msg.partition()} failed: {err.str()}")
 
     def poll_columns(self, into: DataColumns, timeout: float = 1.0) -> list[Event]:

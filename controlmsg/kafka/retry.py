@@ -13,7 +13,7 @@ from typing import Final, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
-__all__ = ["RETRIABLE", "is_retriable", "retrying", "retrying_transaction"]
+__all__ = ["PASSING_CONSUMER_ERRORS", "RETRIABLE", "ConsumerErrors", "is_retriable", "retrying", "retrying_transaction"]
 
 T = TypeVar("T")
 
@@ -70,3 +70,47 @@ def retrying_transaction(call: Callable[[float], T], *, timeout: float, what: st
                 raise
         time.sleep(wait)
         wait = min(wait * 2, 2.0)
+
+
+PASSING_CONSUMER_ERRORS: Final = frozenset({
+    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION, KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN, KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.KAFKA_STORAGE_ERROR,
+})
+"""Errors a consumer reports while the cluster moves under it, and recovers from by itself (librdkafka
+asks again): a partition whose leader does not know it yet (a topic created a moment ago on a cluster,
+its metadata still travelling), a leader that died or moved, a broker that cannot be reached."""
+
+
+class ConsumerErrors:
+    """Tells a consumer error that passes from one that lasts, per partition.
+
+    librdkafka delivers some errors as messages (``msg.error()``) and keeps working: an offset lookup that
+    found the partition unknown to a leader that had not heard of the new topic yet is asked again. Such
+    an error (:data:`PASSING_CONSUMER_ERRORS`, or one librdkafka marks retriable) passes while the
+    partition has not kept reporting errors for ``patience_s`` seconds in a row (a gap of ``patience_s``
+    without an error starts the count afresh); anything else, and a passing error that outlasts its
+    patience, is for the caller to raise. End of partition is not an error here: callers handle it first.
+    """
+
+    def __init__(self, patience_s: float = 120.0) -> None:
+        self.patience_s = patience_s
+        self.passed = 0
+        """Errors let pass so far."""
+        self._since: dict[int | None, tuple[float, float]] = {}  # partition -> (first, last) error time
+
+    def passes(self, error: KafkaError, partition: int | None) -> bool:
+        """Whether ``error`` of ``partition`` passes (then the caller goes on reading). False: raise it."""
+        if error.fatal() or not (error.code() in PASSING_CONSUMER_ERRORS or error.retriable()):
+            return False
+        now = time.monotonic()
+        first, last = self._since.get(partition, (now, now))
+        if now - last > self.patience_s:
+            first = now
+        self._since[partition] = (first, now)
+        if now - first > self.patience_s:
+            return False
+        self.passed += 1
+        return True

@@ -80,6 +80,7 @@ from controlmsg.errors import ControlMsgError, Location, ProtocolError, ReadErro
 from controlmsg.kafka.admin import wait_for_topic
 from controlmsg.kafka.deadletter import DeadLetters, check_dead_letter_topic
 from controlmsg.kafka.reader import ControlReader, DataColumns, DataRecord, same_run
+from controlmsg.kafka.retry import ConsumerErrors
 from controlmsg.kafka.settings import for_client, worker_logging
 from controlmsg.kafka.writer import HEADER_RUN
 from controlmsg.spark.options import BadRecordMode, ReadOptions
@@ -285,6 +286,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._consumer: Consumer | None = None
         self._scan: _Scan | None = None  # where the consumer stands, when it is in step with a scan
         self._at_end: set[int] = set()  # partitions the consumer has read to their end (no record since)
+        self._errors = ConsumerErrors()
         self._partitions: list[int] | None = None
 
     # ---------------------------------------------------------------- Spark's calls
@@ -383,6 +385,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         tracker = scan.tracker
         positions = scan.positions
         at_end = self._at_end
+        errors = self._errors
         before = dict(positions)
         rows = 0
         deadline = time.monotonic() + self.opts.max_scan_ms / 1000.0
@@ -400,6 +403,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         at_end.add(p)
+                        continue
+                    if errors.passes(err, p):
                         continue
                     raise ReadError(f"reading topic {topic!r} partition {p} failed: {err.str()}")
                 if p in tracker.ended_partitions:

@@ -33,7 +33,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[at
 from pyspark.sql import SparkSession
 
 from controlmsg.errors import TopicError
-from controlmsg.kafka.admin import partition_count
+from controlmsg.kafka import ControlReader
+from controlmsg.kafka.admin import create_topic, partition_count
 from controlmsg.testing.broker import BrokerHandle, start_broker, stop_broker
 from controlmsg.testing.kraft_cluster import (
     ClusterHandle,
@@ -42,8 +43,11 @@ from controlmsg.testing.kraft_cluster import (
     start_kafka_cluster,
     stop_kafka_cluster,
 )
+from spark_jobs.common import topic_names
+from spark_jobs.generate import GeneratorConfig, generate
 
 from .test_pipeline_oracle import assert_matches_oracle, run_pipeline_in_session, write_events
+from .test_streaming_pipeline import dump_source
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -322,3 +326,57 @@ def test_backfill_on_three_nodes_survives_a_leader_killed(cluster: ClusterHandle
     assert status is not None and status.node(node).pid is None  # it stayed dead through the run
     assert _replicas(config, topic) == {3}
     print(f"node {node} was the leader of {topic}[0]; the run finished on the two nodes left")
+
+
+def test_streaming_on_three_nodes_survives_a_leader_killed(cluster: ClusterHandle, spark: SparkSession,
+                                                           tmp_path: Path) -> None:
+    """The streaming pipeline (three Spark applications) over 2,500 paced events; the leader of partition 0
+    of the keyed events topic is killed once records flow into it (the ingest job writes it, the window job
+    reads it), and the output still equals the oracle."""
+    live = _all_nodes_up(cluster)
+    servers = live.bootstrap_servers
+    config: dict[str, Any] = {"bootstrap.servers": servers}
+    source = f"raw-{uuid.uuid4().hex[:8]}"
+    create_topic(config, source, 3)
+    ends = generate(config, source, GeneratorConfig(events=2500, rate=1e6, keys=30, disorder_ms=2000,
+                                                    late_fraction=0.0, late_by_ms=0,
+                                                    start_ms=1_767_225_600_000, speedup=1e5, seed=5))
+    events = tmp_path / "events.jsonl"
+    dump_source(config, source, ends, events)
+    output = tmp_path / "windows.csv"
+    run_id = f"kill-{uuid.uuid4().hex[:8]}"
+    events_topic, windows = topic_names(run_id)
+    killed: list[int] = []
+
+    def kill_leader() -> None:
+        node = _leader(config, events_topic)
+        kill_node(live.data_dir, node)
+        killed.append(node)
+
+    fault = Fault(config, events_topic, kill_leader)
+    fault.start()
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.pipeline", "windowed-count", "--streaming", "--source-topic", source,
+         "--until-source-end", "--key", "user", "--event-time", "event_time", "--window", "1m", "--sum", "amount",
+         "--allowed-lateness", "1h", "--watermark-interval", "300ms", "--output", str(output), "--max-rate", "200",
+         "--bootstrap-servers", servers, "--partitions", "3", "--tasks", "2", "--master", "local[2]",
+         "--timeout", "300", "--run-id", run_id, "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    took = time.monotonic() - started
+    fault.run_ended()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert fault.error is None, f"the fault itself failed: {fault.error!r}"
+    assert fault.fired_at is not None, "the run ended before the fault could strike"
+    assert killed and fault.fired_at - started < took
+    rows = assert_matches_oracle(spark, str(output), input_path=str(events), key="user", event_time="event_time",
+                                 window="1m", sums=["amount"])
+    assert rows > 30
+    # End of stream arrived once per upstream task on every partition of the window results.
+    with ControlReader(config, windows, run_id=run_id) as reader:
+        list(reader.read_until_end(timeout=60))
+        assert reader.tracker.is_ended
+        assert reader.tracker.counters.duplicate_eos == 0
+    print(f"\nnode {killed[0]} (leader of {events_topic}[0]) killed {fault.fired_at - started:.1f} s into the "
+          f"streaming run; the run took {took:.1f} s")

@@ -104,3 +104,40 @@ def read_late(kafka_config: dict[str, Any], topic: str) -> list[dict[str, Any]]:
     consumer.close()
     assert all(v["reason"] == LATE_REASON for v in got)
     return got
+
+
+def test_more_upstream_tasks_than_cores(spark: SparkSession, kafka_config: dict[str, Any], bootstrap_servers: str,
+                                        new_topic: Callable[..., str], tmp_path: Path) -> None:
+    """``--tasks 8`` on ``local[2]`` (issue #10, item 1): eight logical ingest tasks and eight window tasks,
+    each two Spark task slots run four of them; the output equals the oracle, and every one of the eight
+    upstream tasks of each intermediate topic keeps its own name, watermark and end of stream on every
+    partition."""
+    from .test_streaming_restarts import check_wire
+
+    source = new_topic(8, prefix="raw")
+    ends = generate(kafka_config, source, GeneratorConfig(events=4000, rate=1e6, keys=40, disorder_ms=2000,
+                                                          start_ms=1_767_225_600_000, speedup=1e5, seed=81))
+    events = tmp_path / "events.jsonl"
+    dump_source(kafka_config, source, ends, events)
+    output = tmp_path / "windows.csv"
+    run_id = f"wide-{uuid.uuid4().hex[:8]}"
+    done = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.pipeline", "windowed-count", "--streaming", "--source-topic", source,
+         "--until-source-end", "--key", "user", "--event-time", "event_time", "--window", "1m", "--sum", "amount",
+         "--allowed-lateness", "1h", "--watermark-interval", "300ms", "--output", str(output),
+         "--bootstrap-servers", bootstrap_servers, "--partitions", "8", "--tasks", "8", "--master", "local[2]",
+         "--timeout", "300", "--run-id", run_id, "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = assert_matches_oracle(spark, str(output), input_path=str(events), key="user", event_time="event_time",
+                                 window="1m", sums=["amount"])
+    assert rows > 20
+    for job in ("stream_ingest", "stream_window"):
+        summary = json.loads((tmp_path / "run" / f"{job}.json").read_text())
+        assert len(summary["tasks"]) == 8 and all(task["ended"] for task in summary["tasks"])
+        log = (tmp_path / "run" / f"{job}.log").read_text(errors="replace")
+        assert "8 logical tasks on 2 task slots" in log, log[-2000:]
+    events_topic, windows_topic = topic_names(run_id)
+    check_wire(kafka_config, events_topic, tasks=8, partitions=8)
+    check_wire(kafka_config, windows_topic, tasks=8, partitions=8)

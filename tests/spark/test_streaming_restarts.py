@@ -103,7 +103,7 @@ def wait_for_records(config: dict[str, Any], topic: str, run_id: str, at_least: 
             assert not reader.tracker.is_ended, f"{topic} ended before {at_least} records: no mid-run kill"
 
 
-def check_wire(config: dict[str, Any], topic: str, tasks: int) -> None:
+def check_wire(config: dict[str, Any], topic: str, tasks: int, partitions: int = 3) -> None:
     """Per upstream task, on every partition: its watermarks never go back, its end of stream is there
     exactly once (a transaction a killed job left open was aborted, not half-read)."""
     marks: dict[tuple[str, int], list[int]] = {}
@@ -117,7 +117,7 @@ def check_wire(config: dict[str, Any], topic: str, tasks: int) -> None:
             ends[(rec.task, rec.partition)] += 1
     for key, seq in marks.items():
         assert seq == sorted(seq), f"{topic}: watermarks of {key} go back: {seq}"
-    assert len(ends) == tasks * 3 and set(ends.values()) == {1}, ends
+    assert len(ends) == tasks * partitions and set(ends.values()) == {1}, ends
 
 
 @pytest.mark.parametrize("victim", ["stream_ingest", "stream_window", "stream_sink"])

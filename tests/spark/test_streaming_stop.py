@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from pyspark.sql import SparkSession
 
@@ -35,7 +36,7 @@ from spark_jobs.window_task import state_key
 
 from .test_pipeline_oracle import assert_matches_oracle
 from .test_streaming_pipeline import dump_source
-from .test_streaming_restarts import check_wire, wait_for_records
+from .test_streaming_restarts import Chain, check_wire, wait_for_records
 
 EVENTS = 4000
 
@@ -171,3 +172,49 @@ def test_a_window_job_failing_at_start_stops_the_others(kafka_config: dict[str, 
     assert "CheckpointError" in stderr, stderr[-3000:]
     assert "stream_ingest exit 143" in stderr and "stream_sink exit 143" in stderr, stderr[-3000:]
     assert len(seen) >= 4 and not left, f"processes left after the pipeline ended: {left}"
+
+
+@pytest.mark.parametrize("job", ["stream_window", "stream_ingest", "stream_sink"])
+def test_sigterm_to_one_job_then_restart(job: str, spark: SparkSession, kafka_config: dict[str, Any],
+                                         bootstrap_servers: str, new_topic: Callable[..., str],
+                                         tmp_path: Path) -> None:
+    source = new_topic(4, prefix="raw")
+    ends = generate(kafka_config, source, GeneratorConfig(events=6000, rate=1e6, keys=40, disorder_ms=5000,
+                                                          start_ms=1_767_225_600_000, speedup=1e5, seed=34))
+    events = tmp_path / "events.jsonl"
+    dump_source(kafka_config, source, ends, events)
+    chain = Chain(bootstrap_servers, source, tmp_path)
+    for topic in (chain.events_topic, chain.windows_topic):  # as the pipeline does: the sink need not wait
+        create_topic(kafka_config, topic, 3)
+    try:
+        for name in ("stream_sink", "stream_window", "stream_ingest"):
+            chain.start(name)
+        if job == "stream_ingest":
+            wait_for_records(kafka_config, chain.events_topic, chain.run_id, 1500)
+        else:
+            wait_for_records(kafka_config, chain.windows_topic, chain.run_id, 40)
+        proc = chain.procs[job]
+        assert proc.poll() is None, f"{job} ended before the signal: the test lost its timing"
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)  # its own process only, as the pipeline does
+        code = proc.wait(JOB_STOP_GRACE_S + 10)
+        stop_s = time.monotonic() - signalled
+        print(f"{job} stopped {stop_s:.1f} s after SIGTERM")
+        log = (chain.run_dir / f"{job}.log").read_text(errors="replace")
+        assert code == 143 and stop_s < JOB_STOP_GRACE_S, log[-3000:]
+        if job != "stream_sink":
+            assert "every task committed and returned" in log and "cancelling them" not in log, log[-3000:]
+            topic = chain.events_topic if job == "stream_ingest" else chain.windows_topic
+            assert open_transactions(kafka_config, topic) == {}
+        chain.start(job)
+        chain.wait()
+    finally:
+        chain.close()
+    rows = assert_matches_oracle(spark, str(chain.output), input_path=str(events), key="user",
+                                 event_time="event_time", window="1m", sums=["amount"])
+    window = json.loads((chain.run_dir / "stream_window.json").read_text())
+    assert sum(t["windows_emitted"] for t in window["tasks"]) == rows
+    sink = json.loads((chain.run_dir / "stream_sink.json").read_text())
+    assert sink["rows"] == rows and sink["ended"] and sink["resumed"] == (job == "stream_sink")
+    check_wire(kafka_config, chain.events_topic, tasks=2)
+    check_wire(kafka_config, chain.windows_topic, tasks=2)

@@ -79,3 +79,26 @@ def test_transaction_retries_stop_at_the_timeout() -> None:
     with pytest.raises(KafkaException):
         retrying_transaction(call, timeout=0.5)  # type: ignore[arg-type]
     assert 1 < len(given) < 10
+
+
+def test_a_consumer_error_that_passes_lasts_at_most_its_patience() -> None:
+    """A leader that has not heard of a new topic (what a 3-node cluster answers a moment after the
+    topic was created) passes, per partition, until the partition has reported errors for longer than
+    the patience; an authorization error never passes."""
+    import time
+
+    from controlmsg.kafka.retry import ConsumerErrors
+
+    errors = ConsumerErrors(patience_s=0.3)
+    unknown = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+    assert errors.passes(unknown, 1) and errors.passes(unknown, 2)
+    assert not errors.passes(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), 1)
+    assert not errors.passes(KafkaError(KafkaError._FATAL, fatal=True), 1)
+    deadline = time.monotonic() + 0.6
+    while time.monotonic() < deadline:  # partition 1 keeps failing, more often than the patience
+        passed = errors.passes(unknown, 1)
+        time.sleep(0.05)
+    assert not passed  # lasted longer than its patience: the caller raises
+    time.sleep(0.4)  # a quiet gap longer than the patience starts the count afresh
+    assert errors.passes(unknown, 2) and errors.passes(unknown, 1)
+    assert errors.passed >= 4
