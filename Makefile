@@ -28,7 +28,7 @@ demo-protocol: setup  ## the protocol alone: 3 upstream tasks -> 4 partitions ->
 	$(VENV)/bin/controlmsg demo
 
 test: setup  ## the whole test suite; starts its own broker unless KAFKA_BOOTSTRAP_SERVERS is set
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
 
 lint: setup
 	$(VENV)/bin/ruff check .
