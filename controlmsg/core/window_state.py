@@ -24,11 +24,13 @@ survive describe the state of one and the same commit, exactly. The header's ``o
 against the window records found, so a lost record (a topic that is not compacted but deletes by
 retention) is an error, not a silent loss.
 
-**Keys are unambiguous** for any run id and window key: a header key ends with the task index (digits), a
-window key with ``]``; header keys of two tasks differ (the index is what follows the last ``/``); and a
-window key of one task cannot also read as one of another task (prefixes of different lengths): the
-shorter prefix would leave a JSON text that starts inside the other's string literal, whose quotes are all
-escaped, while ``[start, key]`` has an unescaped quote right after its comma.
+**Keys are unambiguous** for any run id and window key. The fold takes as the task's own a key equal to
+its header key, or one that starts with its window prefix and whose rest is exactly the compact JSON of an
+``[int, str]`` array. No other task's key passes: a header key is its run id, ``/`` and the index, so two
+tasks' header keys differ (the index is what follows the last ``/``), and another task's header key that
+starts with this task's window prefix ends with a digit, not ``]``. Another task's window key with this
+task's prefix has a rest that contains ``/<index>/w/[`` followed by its own ``<start>,"`` (an unescaped
+quote after a comma), which no JSON string can hold and which cannot stand outside one.
 
 **Format 1**, the previous layout (one header holding the whole window snapshot and no window records),
 is read too: its windows come back counted as changed, so the first commit after it rewrites them all as
@@ -117,7 +119,7 @@ class TaskStateLog:
             return
         if key == self._header_key:
             self._header = value
-        elif key.startswith(self._prefix):
+        elif key.startswith(self._prefix) and key.endswith(b"]"):
             if value is None:
                 self._windows.pop(key, None)
             else:
@@ -161,7 +163,7 @@ class TaskStateLog:
         if not isinstance(meta, Mapping):
             raise CheckpointError(f"{where}: the header has no window state")
         if header["format"] == _OLD_FORMAT:
-            if self._windows:
+            if self._entries(where):
                 raise CheckpointError(f"{where}: a format {_OLD_FORMAT} header with window records")
             try:
                 restored = TumblingWindows.restore(meta, size_ms=size_ms, sum_fields=sum_fields)
@@ -169,25 +171,38 @@ class TaskStateLog:
                 raise CheckpointError(f"{where}: {exc}") from exc
             restored.mark_uncommitted()
             return restored
+        entries = self._entries(where)
         expected = meta.get("openWindows")
-        if expected != len(self._windows):
+        if expected != len(entries):
             raise CheckpointError(
-                f"{where}: the header counts {expected!r:.40} open windows but {len(self._windows)} window "
-                "records are live (was the state topic created without cleanup.policy=compact, so that "
-                "retention deleted records?)")
-        entries: list[list[Any]] = []
-        skip = len(self._prefix)
-        loads = orjson.loads
-        try:
-            for key, value in self._windows.items():
-                start, window = loads(key[skip:])
-                count, sums = loads(value)
-                entries.append([start, window, count, sums])
-        except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
-            raise CheckpointError(f"{where}: a window record is malformed: {exc!r:.200}") from exc
+                f"{where}: the header counts {expected!r:.40} open windows but {len(entries)} window records "
+                "are live (was the state topic created without cleanup.policy=compact, so that retention "
+                "deleted records?)")
         snapshot = {k: v for k, v in meta.items() if k != "openWindows"}
         snapshot["windows"] = entries
         try:
             return TumblingWindows.restore(snapshot, size_ms=size_ms, sum_fields=sum_fields)
         except CheckpointError as exc:
             raise CheckpointError(f"{where}: {exc}") from exc
+
+    def _entries(self, where: str) -> list[list[Any]]:
+        """The task's live window records as snapshot entries ``[start, key, count, sums]``."""
+        entries: list[list[Any]] = []
+        skip = len(self._prefix)
+        loads = orjson.loads
+        for key, value in self._windows.items():
+            rest = key[skip:]
+            try:
+                window = loads(rest)
+            except orjson.JSONDecodeError:
+                continue  # not this task's (see "Keys are unambiguous")
+            if (not isinstance(window, list) or len(window) != 2 or type(window[0]) is not int
+                    or type(window[1]) is not str or orjson.dumps(window) != rest):
+                continue
+            try:
+                count, sums = loads(value)
+            except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
+                raise CheckpointError(f"{where}: window record {key!r:.100} has a malformed value "
+                                      f"{value!r:.60}") from exc
+            entries.append([window[0], window[1], count, sums])
+        return entries
