@@ -137,7 +137,7 @@ def read_task_state(config: Mapping[str, Any], state_topic: str, run_id: str, ta
                     f"state topic {state_topic!r} partition {partition}: end offset {high} not reached within "
                     f"{timeout:g} s of the last record (an open transaction holds the last stable offset back?)"
                 )
-            msgs: list[Any] = consumer.consume(10_000, 0.5)
+            msgs: list[Any] = consumer.consume(10_000, 0.1)
             at_end = False
             for msg in msgs:
                 err = msg.error()
