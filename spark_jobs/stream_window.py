@@ -4,7 +4,8 @@ reconciled watermark passes their end -> the next intermediate topic.
 Its own Spark application: ``--tasks K`` long-running Spark tasks, each owning a group of the input
 topic's partitions and each one upstream task of the output topic (see ``spark_jobs.window_task``):
 window results, its own watermarks and finally its end of stream go out in transactions together with
-a state snapshot (input offsets, bookkeeping, open windows) in a compacted state topic, so a restart
+the task's state in a compacted state topic (input offsets and bookkeeping in a header record, and one
+record per open window changed since the last commit: docs/STREAMING.md, "Window state"), so a restart
 resumes exactly where the last commit left it. Records behind the watermark go to the late topic.
 """
 

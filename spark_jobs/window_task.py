@@ -12,16 +12,18 @@ will later run inside a Spark task, but needs no Spark.
    ``{"key", "window_start", "window_end", "count", "sum_<c>"...}`` keyed by the window key, then the
    task's own watermark ``ts`` goes to every output partition.
 3. As soon as a watermark has closed windows, and otherwise every ``commit_interval_s``: one Kafka
-   transaction commits the output and late records written since the last commit together with a
-   **state record** (input offsets, the reader's bookkeeping snapshot, the window snapshot, the output
-   watermark, counters) keyed ``f"{run_id}/{task_index}"`` in the compacted ``state_topic``. A restart
-   resumes from the latest committed state record; whatever an interrupted task wrote after its last
+   transaction commits the output and late records written since the last commit together with the
+   task's **state** in the compacted ``state_topic``: a record per window changed since the last commit,
+   a tombstone per window closed since, then the **header record** keyed ``f"{run_id}/{task_index}"``
+   (input offsets, the reader's bookkeeping snapshot, the windows' watermark and counters, the output
+   watermark, counters); see :mod:`controlmsg.core.window_state`. A restart folds the committed records
+   of its state partition back into that state; whatever an interrupted task wrote after its last
    commit is aborted (or fenced by the next task's ``init_transactions``), so nothing is written twice
    and the output watermark never goes back.
 4. At end of stream: close every window, write the results and the task's end of stream, commit the final
    state, return a :class:`TaskSummary`.
 
-The state record of task ``i`` goes to partition ``i mod N`` of the state topic (``N`` its partition
+The state records of task ``i`` go to partition ``i mod N`` of the state topic (``N`` its partition
 count), so a restarting task reads one partition only.
 """
 
@@ -40,6 +42,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from controlmsg.core.bookkeeping import StreamEnded, WatermarkAdvanced
 from controlmsg.core.codec import decode_json_payload
 from controlmsg.core.naming import task_name, transactional_id
+from controlmsg.core.window_state import STATE_FORMAT, TaskStateLog, commit_records, header_key, window_prefix
 from controlmsg.core.windows import LateRecord, TumblingWindows, WindowResult
 from controlmsg.errors import CheckpointError, DecodeError, ReadError
 from controlmsg.kafka.admin import wait_for_topic, watermark_offsets
@@ -62,9 +65,9 @@ __all__ = [
     "read_task_state",
     "run_window_task",
     "state_key",
+    "write_task_state",
 ]
 
-STATE_FORMAT: Final = 1
 LATE_REASON: Final = "behind the watermark"
 HEADER_LATE_REASON: Final = "controlmsg-late-reason"
 HEADER_LATE_TOPIC: Final = "controlmsg-late-topic"
@@ -91,24 +94,31 @@ class TaskSummary:
 
 
 def state_key(run_id: str, task_index: int) -> str:
-    """The key of task ``task_index``'s state record in the state topic."""
-    return f"{run_id}/{task_index}"
+    """The key of task ``task_index``'s header record in the state topic (its window records add
+    ``/w/...``, see :mod:`controlmsg.core.window_state`)."""
+    return header_key(run_id, task_index)
 
 
 def read_task_state(config: Mapping[str, Any], state_topic: str, run_id: str, task_index: int,
-                    timeout: float = 30.0) -> dict[str, Any] | None:
-    """The latest committed state record of the task (``None``: none), read with ``read_committed`` from
-    the beginning of its state partition up to the end offset taken at the start.
+                    timeout: float = 30.0) -> TaskStateLog | None:
+    """The task's state as its latest commit left it (``None``: no header record, the task never
+    committed): every record of its state partition, read with ``read_committed`` from the beginning up to
+    the end offset taken at the start, folded by :class:`~controlmsg.core.window_state.TaskStateLog`.
+    Records of aborted transactions are never seen.
 
     Call it after the task's transactional producer has been initialised: ``init_transactions`` aborts
     what a previous instance of the task left open, which could otherwise hold the last stable offset
-    back. Raises :class:`ReadError` when the end is not reached within ``timeout`` seconds (another task's
-    transaction held open longer than that) or Kafka reports an error.
+    back. ``timeout`` bounds the wait for the topic and each wait for the next records, not the whole read
+    (a large state takes longer). Raises :class:`ReadError` when the end is not reached (another task's
+    transaction held open) or Kafka reports an error, :class:`CheckpointError` when the header is not
+    JSON or of an unknown format.
     """
     count = wait_for_topic(config, state_topic, timeout)
     partition = task_index % count
-    wanted = state_key(run_id, task_index).encode()
+    log = TaskStateLog(run_id, task_index, f"state topic {state_topic!r} partition {partition}")
     consumer = Consumer({
+        # Larger fetches: a restore reads one partition, possibly millions of small records.
+        "max.partition.fetch.bytes": 16 << 20,
         **for_client(config, "consumer"),
         "group.id": f"controlmsg-window-state-{uuid.uuid4().hex}",
         "enable.auto.commit": False,
@@ -122,15 +132,15 @@ def read_task_state(config: Mapping[str, Any], state_topic: str, run_id: str, ta
         if high <= low:
             return None
         consumer.assign([TopicPartition(state_topic, partition, OFFSET_BEGINNING)])
-        latest: bytes | None = None
+        apply = log.apply
         deadline = time.monotonic() + timeout
         while True:
             if time.monotonic() >= deadline:
                 raise ReadError(
                     f"state topic {state_topic!r} partition {partition}: end offset {high} not reached within "
-                    f"{timeout:g} s (an open transaction holds the last stable offset back?)"
+                    f"{timeout:g} s of the last record (an open transaction holds the last stable offset back?)"
                 )
-            msgs: list[Any] = consumer.consume(500, 0.5)
+            msgs: list[Any] = consumer.consume(10_000, 0.1)
             at_end = False
             for msg in msgs:
                 err = msg.error()
@@ -141,25 +151,40 @@ def read_task_state(config: Mapping[str, Any], state_topic: str, run_id: str, ta
                     if errors.passes(err, msg.partition()):
                         continue
                     raise ReadError(f"reading state topic {state_topic!r} failed: {err.str()}")
-                if msg.key() == wanted:
-                    latest = msg.value()  # a tombstone (None) deletes the state
+                apply(msg.key(), msg.value())
                 if msg.offset() + 1 >= high:
                     at_end = True
             if at_end:
                 break
+            if msgs:
+                deadline = time.monotonic() + timeout
     except KafkaException as exc:
         raise ReadError(f"reading state topic {state_topic!r} failed: {exc.args[0]}") from exc
     finally:
         consumer.close()
-    if latest is None:
-        return None
-    try:
-        state = orjson.loads(latest)
-    except orjson.JSONDecodeError as exc:
-        raise CheckpointError(f"state record {wanted.decode()!r} in {state_topic!r} is not JSON: {exc}") from exc
-    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-        raise CheckpointError(f"state record {wanted.decode()!r} in {state_topic!r} has an unknown format")
-    return state
+    return None if log.header is None else log
+
+
+def write_task_state(writer: ControlWriter, state_topic: str, partition: int, run_id: str, task_index: int,
+                     header: Mapping[str, Any], windows: TumblingWindows) -> tuple[int, int]:
+    """Add one commit's state to ``writer``'s open transaction: a record per window changed since the last
+    ``windows.mark_committed()``, a tombstone per window closed since, then the header record (``header``
+    plus ``"format"`` and ``"windows"``), all to ``partition`` of ``state_topic``. Does not commit: the
+    caller commits the transaction, then calls ``windows.mark_committed()``. Returns the number of records
+    and of key plus value bytes produced. Raises :class:`DeliveryError` when librdkafka refuses a record.
+    """
+    prefix = window_prefix(run_id, task_index)
+    produce = writer.produce_to
+    records = size = 0
+    for key, value in commit_records(prefix, windows.changes()):
+        produce(state_topic, value, key, partition)
+        records += 1
+        size += len(key) + (0 if value is None else len(value))
+    doc = {"format": STATE_FORMAT, **header, "windows": windows.state_header()}
+    key_b = state_key(run_id, task_index).encode()
+    value_b = orjson.dumps(doc)
+    produce(state_topic, value_b, key_b, partition)
+    return records + 1, size + len(key_b) + len(value_b)
 
 
 def _result_value(r: WindowResult) -> dict[str, Any]:
@@ -198,13 +223,15 @@ class _Task:
         )
         try:
             self.state_partition = task_index % wait_for_topic(config, state_topic)
-            state = read_task_state(config, state_topic, run_id, task_index)
-            self.resumed = state is not None
-            if state is None:
+            log = read_task_state(config, state_topic, run_id, task_index)
+            self.resumed = log is not None
+            if log is None:
                 self.windows = TumblingWindows(window_ms, sums)
                 self.reader = ControlReader(config, input_topic, partitions=self.partitions, run_id=run_id)
             else:
-                self.windows = self._restore(state, window_ms, sums)
+                state = log.header
+                assert state is not None  # read_task_state returns a log with a header only
+                self.windows = self._restore(state, log, window_ms, sums)
                 self.reader = self._resumed_reader(config, state)
             self.committed_positions = self.reader.positions
         except BaseException:
@@ -213,14 +240,15 @@ class _Task:
 
     # ------------------------------------------------------------------ restore
 
-    def _restore(self, state: Mapping[str, Any], window_ms: int, sums: Sequence[str]) -> TumblingWindows:
+    def _restore(self, state: Mapping[str, Any], log: TaskStateLog, window_ms: int,
+                 sums: Sequence[str]) -> TumblingWindows:
         if state.get("inputTopic") != self.input_topic or state.get("partitions") != self.partitions:
             raise CheckpointError(
                 f"state {self.key!r} is for topic {state.get('inputTopic')!r} partitions {state.get('partitions')}, "
                 f"not topic {self.input_topic!r} partitions {self.partitions}: the partition grouping is part of "
                 "the checkpoint"
             )
-        windows = TumblingWindows.restore(state["windows"], size_ms=window_ms, sum_fields=sums)
+        windows = log.windows(window_ms, sums)
         counters = state.get("counters", {})
         self.records = int(counters.get("records", 0))
         self.rejected = int(counters.get("rejected", 0))
@@ -299,20 +327,21 @@ class _Task:
         return bool(closed)
 
     def commit(self) -> None:
-        """Add the state record to the open transaction and commit it with everything written since."""
-        state = {
-            "format": STATE_FORMAT,
+        """Add the state (the windows changed since the last commit, then the header) to the open
+        transaction and commit it with everything written since."""
+        header = {
             "inputTopic": self.input_topic,
             "partitions": self.partitions,
             "offsets": {str(p): o for p, o in sorted(self.reader.positions.items())},
             "bookkeeping": self.reader.tracker.snapshot(),
-            "windows": self.windows.snapshot(),
             "emitted_watermark": self.output_watermark,
             "counters": {"records": self.records, "rejected": self.rejected, "windowsEmitted": self.windows_emitted,
                          "commits": self.commits + 1},
         }
-        self.writer.produce_to(self.state_topic, orjson.dumps(state), self.key, self.state_partition)
+        write_task_state(self.writer, self.state_topic, self.state_partition, self.run_id, self.task_index, header,
+                         self.windows)
         self.writer.commit()
+        self.windows.mark_committed()
         self.commits += 1
         self.committed_positions = self.reader.positions
 

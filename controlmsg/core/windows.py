@@ -37,6 +37,14 @@ comes in only as these arguments. The rules:
   a float; a sum JSON cannot carry exactly (an int outside the signed 64-bit range, an infinite or NaN
   float, which orjson would turn into ``null``) is written as a string: its decimal digits, or ``"inf"``,
   ``"-inf"``, ``"nan"``.
+* **Changes since the last commit.** The operator remembers which windows changed (were created or got a
+  record) and which windows it closed since the last :meth:`~TumblingWindows.mark_committed`;
+  :meth:`~TumblingWindows.changes` lists them, so that a checkpoint can write only those
+  (:mod:`controlmsg.core.window_state`). A window created and closed between two commits is in neither
+  list: the last commit never saw it. :meth:`~TumblingWindows.state_header` is the rest of the state (the
+  snapshot without its windows, plus their number). A new or restored operator starts with no changes;
+  :meth:`~TumblingWindows.mark_uncommitted` counts every open window as changed (when the last commit
+  did not hold them window by window).
 
 Not thread-safe; one operator per consumer loop.
 """
@@ -57,6 +65,7 @@ from controlmsg.errors import CheckpointError
 __all__ = [
     "LateRecord",
     "TumblingWindows",
+    "WindowChanges",
     "WindowResult",
 ]
 
@@ -93,6 +102,20 @@ class LateRecord:
     event_time: int
     watermark: int
     window_start: int
+
+
+@dataclass(frozen=True, slots=True)
+class WindowChanges:
+    """What changed since the last :meth:`TumblingWindows.mark_committed`.
+
+    ``updated``: every open window created or changed since then, as ``[start, key, count, [sum per
+    field]]`` (the entry format of :meth:`TumblingWindows.snapshot`, sums encoded for JSON), in no
+    particular order. ``closed``: ``(start, key)`` of every window closed since then that was open at that
+    commit. The two never share a window.
+    """
+
+    updated: list[list[Any]]
+    closed: list[tuple[int, str]]
 
 
 def _number(field: str, value: Any) -> int | float:
@@ -146,7 +169,8 @@ class TumblingWindows:
     a non-int size or a non-string field.
     """
 
-    __slots__ = ("_buckets", "_ended", "_fields", "_hi", "_late", "_lo", "_open", "_size", "_starts", "_watermark")
+    __slots__ = ("_buckets", "_changed", "_closed", "_ended", "_fields", "_hi", "_late", "_lo", "_open", "_size",
+                 "_starts", "_watermark")
 
     def __init__(self, size_ms: int, sum_fields: Sequence[str] = ()) -> None:
         if type(size_ms) is not int:
@@ -174,6 +198,10 @@ class TumblingWindows:
         # advance that closes nothing looks at one start only.
         self._buckets: dict[int, dict[str, list[Any]]] = {}
         self._starts: list[int] = []
+        # Since the last mark_committed(): (start, key) of each window created or changed -> True when the
+        # last commit did not hold it (created since), and the windows that commit held and that are closed.
+        self._changed: dict[tuple[int, str], bool] = {}
+        self._closed: list[tuple[int, str]] = []
 
     def __repr__(self) -> str:
         return (
@@ -250,6 +278,10 @@ class TumblingWindows:
                     acc = slot[1]
                     slot[1] = value if acc is None else acc + value
             slot[0] += 1
+            changed = self._changed
+            wk = (start, key)
+            if wk not in changed:
+                changed[wk] = False
             return None
         sums: list[Any] = [None] * len(fields) if slot is None else slot[1:]
         for i, field in enumerate(fields):
@@ -263,12 +295,15 @@ class TumblingWindows:
         if slot is not None:
             slot[1:] = sums
             slot[0] += 1
+            if (start, key) not in self._changed:
+                self._changed[(start, key)] = False
             return None
         _check_key(key)
         if bucket is None:
             bucket = self._buckets[start] = {}
             heappush(self._starts, start)
         bucket[key] = [1, *sums]
+        self._changed[(start, key)] = True
         self._open += 1
         return None
 
@@ -305,6 +340,8 @@ class TumblingWindows:
         buckets = self._buckets
         fields = self._fields
         size = self._size
+        changed = self._changed
+        closed = self._closed
         while starts and (last_start is None or starts[0] <= last_start):
             start = heappop(starts)
             bucket = buckets.pop(start)
@@ -312,6 +349,8 @@ class TumblingWindows:
             for key in sorted(bucket):
                 slot = bucket[key]
                 results.append(WindowResult(key, start, end, slot[0], tuple(zip(fields, slot[1:], strict=True))))
+                if changed.pop((start, key), False) is not True:  # the last commit held it
+                    closed.append((start, key))
             self._open -= len(bucket)
         return results
 
@@ -343,6 +382,43 @@ class TumblingWindows:
             "lateCount": self._late,
             "windows": windows,
         }
+
+    def state_header(self) -> dict[str, Any]:
+        """:meth:`snapshot` without the open windows, plus ``"openWindows"``: their number. With a changelog
+        of the windows (:mod:`controlmsg.core.window_state`), it restores the operator exactly."""
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "sizeMs": self._size,
+            "sumFields": list(self._fields),
+            "watermark": self._watermark,
+            "ended": self._ended,
+            "lateCount": self._late,
+            "openWindows": self._open,
+        }
+
+    def changes(self) -> WindowChanges:
+        """The windows created or changed, and the windows closed, since the last :meth:`mark_committed`
+        (or since the operator was made or restored). Does not reset them; costs time in proportion to
+        the changes, not to the open windows."""
+        buckets = self._buckets
+        updated: list[list[Any]] = []
+        for start, key in self._changed:
+            slot = buckets[start][key]
+            updated.append([start, key, slot[0], [_encode_sum(s) for s in slot[1:]]])
+        return WindowChanges(updated, list(self._closed))
+
+    def mark_committed(self) -> None:
+        """The state as it is now has been committed: :meth:`changes` starts again from nothing. Call it
+        only once the checkpoint that holds :meth:`changes` is durable."""
+        self._changed = {}
+        self._closed = []
+
+    def mark_uncommitted(self) -> None:
+        """Count every open window as created since the last commit: the next :meth:`changes` lists them
+        all in ``updated``. For an operator restored from a whole :meth:`snapshot`, whose windows no
+        changelog holds yet."""
+        self._changed = {(start, key): True for start, bucket in self._buckets.items() for key in bucket}
+        self._closed = []
 
     @classmethod
     def restore(

@@ -38,7 +38,7 @@ _USER: Final = encode_user(b"")  # the MessageType byte of a user message
 _dumps: Final = orjson.dumps  # encode_json's serde, inlined in send(): the same bytes
 
 
-def produce_waiting(producer: Producer, topic: str, value: bytes, key: bytes | str | None = None,
+def produce_waiting(producer: Producer, topic: str, value: bytes | None, key: bytes | str | None = None,
                     partition: int = -1, headers: list[tuple[str, str | bytes | None]] | None = None) -> None:
     """``producer.produce(...)``, serving delivery reports while the local queue is full instead of failing.
     Raises :class:`DeliveryError` naming the topic when librdkafka refuses the record."""
@@ -219,11 +219,12 @@ class ControlWriter:
         """Send one user message whose payload is already serialized by the user's serde."""
         self._produce(encode_user(payload), key, partition, self._data_headers)
 
-    def produce_to(self, topic: str, value: bytes, key: bytes | str | None = None, partition: int = -1,
+    def produce_to(self, topic: str, value: bytes | None, key: bytes | str | None = None, partition: int = -1,
                    headers: list[tuple[str, str | bytes | None]] | None = None) -> None:
         """Write a raw record (no envelope) to another ``topic`` through this writer's producer, so that
-        side outputs (rejects, late records, state snapshots) commit in the same transaction as the
-        stream. ``partition`` -1 lets the partitioner choose. Delivery errors surface like the stream's own."""
+        side outputs (rejects, late records, state) commit in the same transaction as the stream. ``value``
+        ``None`` is a tombstone (for compacted topics). ``partition`` -1 lets the partitioner choose.
+        Delivery errors surface like the stream's own."""
         produce_waiting(self._producer, topic, value, key, partition, headers)
 
     # ------------------------------------------------------------------ control messages
