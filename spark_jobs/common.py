@@ -147,8 +147,26 @@ def write_summary(path: str | None, **fields: Any) -> None:
     tmp.replace(target)
 
 
+STREAMING_TASK_ATTEMPTS: Final = 4
+"""Tries per Spark task of the streaming jobs, on a local master as on a cluster (Spark's default
+``spark.task.maxFailures``): a task that failed, or that the watchdog ended
+(:func:`spark_jobs.streaming._run_group`), resumes from its last commit."""
+
+_LOCAL: Final = re.compile(r"^local(\[(\d+|\*)\])?$")
+
+
+def with_task_attempts(master: str, attempts: int) -> str:
+    """``master`` with ``attempts`` tries per task when it is a local master that sets none (``local``,
+    ``local[N]``, ``local[*]`` -> ``local[N,attempts]``): a local master tries a task once, where a
+    cluster tries it ``spark.task.maxFailures`` (4) times. Other masters pass unchanged."""
+    match = _LOCAL.match(master.strip())
+    if match is None:
+        return master
+    return f"local[{match.group(2) or 1},{attempts}]"
+
+
 def run_job(name: str, parser: argparse.ArgumentParser, work: Work, argv: Sequence[str] | None = None,
-            check: Check | None = None) -> int:
+            check: Check | None = None, task_attempts: int | None = None) -> int:
     """A job's ``main``: parse ``argv``; check the arguments (:func:`common_problems` and ``check``) and the
     Kafka settings; only then start its own Spark application, run ``work(spark, args, kafka_config)``,
     write its summary (``--summary``) and stop Spark. Returns the exit code (:data:`EXIT_CODES`).
@@ -157,7 +175,8 @@ def run_job(name: str, parser: argparse.ArgumentParser, work: Work, argv: Sequen
     A failure of the work prints two lines, ``<job>: <cause>`` and what to do, with the path of the full
     trace (``--log-file``), and returns 1. SIGTERM and SIGINT stop the job (:mod:`spark_jobs.stopping`:
     a streaming job's tasks stop at a commit) and return 128 + the signal, without a summary; so does
-    the death of ``--parent-pid``."""
+    the death of ``--parent-pid``. ``task_attempts``: tries per task on a local master too
+    (:func:`with_task_attempts`; the streaming jobs, whose tasks resume from their commits)."""
     from controlmsg.errors import ControlMsgError
     from spark_jobs.stopping import Stopper, StopRequested, exit_code, watch_parent
 
@@ -178,7 +197,8 @@ def run_job(name: str, parser: argparse.ArgumentParser, work: Work, argv: Sequen
     if args.parent_pid is not None:
         watch_parent(args.parent_pid)
     try:
-        spark = spark_session(args.master, conf=spark_conf(args), app_name=f"controlmsg-{name}-{args.run_id}")
+        master = args.master if task_attempts is None else with_task_attempts(args.master, task_attempts)
+        spark = spark_session(master, conf=spark_conf(args), app_name=f"controlmsg-{name}-{args.run_id}")
         try:
             stopper.install()  # again: PySpark's SparkContext replaced the SIGINT handler with its own
             stopper.raise_if_set()

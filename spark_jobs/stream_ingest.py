@@ -19,7 +19,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from spark_jobs.checks import duration_problems, positive_problems
-from spark_jobs.common import add_common_options, job_logger, run_job
+from spark_jobs.common import STREAMING_TASK_ATTEMPTS, add_common_options, job_logger, run_job
 from spark_jobs.events import parse_duration
 
 __all__ = ["build_parser", "check_arguments", "main", "run"]
@@ -102,7 +102,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_job("stream_ingest", build_parser(), run, argv, check_arguments)
+    return run_job("stream_ingest", build_parser(), run, argv, check_arguments, task_attempts=STREAMING_TASK_ATTEMPTS)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,14 @@ after which each commits and returns.
 
 from __future__ import annotations
 
+import faulthandler
+import os
+import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from pyspark.sql import SparkSession
 
@@ -54,39 +58,78 @@ def slot_groups(n: int, slots: int) -> list[list[int]]:
     return [list(range(j, n, width)) for j in range(width)]
 
 
-def _run_group(indices: list[int], body: Body, watch: Callable[[], bool]) -> list[dict[str, Any]]:
+STALL_LIMIT_S: Final = 180.0
+"""How long a logical task may go without turning its loop (each turn asks ``stop()``) once it has turned
+it once, before its Spark task counts as wedged. The longest legitimate turn is a commit whose two
+transaction calls each retry for up to 60 s (``ControlWriter``'s timeouts)."""
+STALL_EXIT: Final = 70
+"""The exit status of a Python worker ended by :func:`_run_group`'s watchdog."""
+
+
+def _run_group(indices: list[int], body: Body, watch: Callable[[], bool],
+               stall_limit_s: float = STALL_LIMIT_S) -> list[dict[str, Any]]:
     """Run the logical tasks ``indices`` in one Spark task: one thread each, all at once. ``stop()`` of
     each is ``watch()`` (under a lock: one stop consumer serves them all) or, once a sibling failed, true:
     the others then commit and return, and the first failure is raised, so Spark's retry restarts the
-    group and every task resumes from its own commit. Returns the summaries in ``indices`` order."""
-    if len(indices) == 1:
-        return [body(indices[0], watch)]
+    group and every task resumes from its own commit. Returns the summaries in ``indices`` order.
+
+    **Watchdog.** A task that has turned its loop once and then does not turn it for ``stall_limit_s``
+    is wedged in a call that does not come back (seen once: librdkafka's ``commit_transaction`` blocked
+    for minutes after a transaction coordinator was killed, past its own timeout). Python cannot
+    interrupt such a call, so the watchdog writes every thread's stack to stderr (the job's log) and
+    ends the Python worker with :data:`STALL_EXIT`: Spark counts the task as failed and retries it, and
+    each logical task resumes from its last commit (its open transaction is aborted by the retry's
+    ``init_transactions``), as after a ``kill -9``. Flink's task cancellation watchdog does the same to
+    a task that ignores cancellation.
+    """
     lock = threading.Lock()
     failed = threading.Event()
     errors: list[BaseException] = []
     summaries: dict[int, dict[str, Any]] = {}
+    turned: dict[int, float] = {}  # logical task -> when it last asked stop()
 
-    def stopped() -> bool:
-        if failed.is_set():
-            return True
-        with lock:
-            return watch()
+    def stopped_for(i: int) -> Callable[[], bool]:
+        def stopped() -> bool:
+            turned[i] = time.monotonic()
+            if failed.is_set():
+                return True
+            with lock:
+                return watch()
+        return stopped
 
     def run(i: int) -> None:
         try:
-            summaries[i] = body(i, stopped)
+            summaries[i] = body(i, stopped_for(i))
         except BaseException as exc:
             errors.append(exc)
             failed.set()
+        finally:
+            turned.pop(i, None)
 
     threads = [threading.Thread(target=run, args=(i,), name=f"logical-task-{i}", daemon=True) for i in indices]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        while thread.is_alive():
+            thread.join(1.0)
+            now = time.monotonic()
+            for i, at in list(turned.items()):
+                if now - at > stall_limit_s:
+                    _wedged(i, now - at)
     if errors:
         raise errors[0]
     return [summaries[i] for i in indices]
+
+
+def _wedged(task: int, quiet_s: float) -> None:
+    """End this Python worker: logical task ``task`` has not turned its loop for ``quiet_s`` seconds."""
+    print(f"{time.strftime('%H:%M:%S')} streaming: logical task {task} has not turned its loop for "
+          f"{quiet_s:.0f} s (wedged in a call that does not return): ending this Python worker (exit "
+          f"{STALL_EXIT}) so that Spark retries the task from its last commit; the threads' stacks follow",
+          file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    sys.stderr.flush()
+    os._exit(STALL_EXIT)
 
 
 def run_long_running_tasks(spark: SparkSession, n: int, body: Body,
