@@ -373,15 +373,10 @@ class TumblingWindows:
             for key in sorted(bucket):
                 slot = bucket[key]
                 windows.append([start, key, slot[0], [_encode_sum(s) for s in slot[1:]]])
-        return {
-            "format": SNAPSHOT_FORMAT,
-            "sizeMs": self._size,
-            "sumFields": list(self._fields),
-            "watermark": self._watermark,
-            "ended": self._ended,
-            "lateCount": self._late,
-            "windows": windows,
-        }
+        doc = self.state_header()
+        del doc["openWindows"]
+        doc["windows"] = windows
+        return doc
 
     def state_header(self) -> dict[str, Any]:
         """:meth:`snapshot` without the open windows, plus ``"openWindows"``: their number. With a changelog
