@@ -6,7 +6,7 @@ import argparse
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
@@ -173,11 +173,18 @@ def wait_for_topic(config: Mapping[str, Any], topic: str, timeout: float | None 
         time.sleep(0.2)
 
 
+_NOT_KNOWN_YET: Final = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
+                                   KafkaError._UNKNOWN_TOPIC})
+"""What a broker ("unknown topic or partition") or the client's own metadata ("Local: Unknown
+partition") says of a topic created a moment ago."""
+
+
 def watermark_offsets(consumer: Consumer, topic: str, partition: int, timeout: float = 10.0) -> tuple[int, int]:
     """``consumer.get_watermark_offsets`` of a partition of a topic that exists, asked again for up to
     ``timeout`` s while the answer is retriable (:mod:`controlmsg.kafka.retry`) or "unknown topic or
-    partition": a topic just created is described by the controller before every leader knows its
-    partitions. Raises :class:`TopicError` naming the partition."""
+    partition" (from the broker or the client's own metadata): a topic just created is described by the
+    controller before every leader, and the client, know its partitions. Raises :class:`TopicError`
+    naming the partition."""
     from confluent_kafka import TopicPartition
 
     def ask() -> tuple[int, int]:
@@ -186,7 +193,7 @@ def watermark_offsets(consumer: Consumer, topic: str, partition: int, timeout: f
             return int(low), int(high)
         except KafkaException as exc:
             error = exc.args[0]
-            if isinstance(error, KafkaError) and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            if isinstance(error, KafkaError) and error.code() in _NOT_KNOWN_YET:
                 raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE, error.str())) from exc
             raise
 

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from controlmsg.core.bookkeeping import InputTracker, PartitionStatus
 from controlmsg.core.codec import decode
 from controlmsg.errors import Location, ProtocolError, ReadError
-from controlmsg.kafka.admin import wait_for_topic
+from controlmsg.kafka.admin import wait_for_topic, watermark_offsets
 from controlmsg.kafka.settings import for_client
 
 __all__ = ["RunReport", "TopicReport", "inspect_topic"]
@@ -72,7 +72,7 @@ def inspect_topic(
         ends: dict[int, int] = {}
         starts: list[TopicPartition] = []
         for p in range(count):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+            low, high = watermark_offsets(consumer, topic, p, timeout)
             ends[p] = high
             if high > low:
                 starts.append(TopicPartition(topic, p, low))
