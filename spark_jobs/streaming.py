@@ -132,8 +132,8 @@ def _wedged(task: int, quiet_s: float) -> None:
     os._exit(STALL_EXIT)
 
 
-def run_long_running_tasks(spark: SparkSession, n: int, body: Body,
-                           stop: StopChannel | None = None) -> list[dict[str, Any]]:
+def run_long_running_tasks(spark: SparkSession, n: int, body: Body, stop: StopChannel | None = None,
+                           stall_limit_s: float = STALL_LIMIT_S) -> list[dict[str, Any]]:
     """Run ``body(0, stop) ... body(n-1, stop)``, all at once, until all return; return their summaries
     in task order.
 
@@ -150,7 +150,7 @@ def run_long_running_tasks(spark: SparkSession, n: int, body: Body,
     open transactions are aborted by the next start). It then raises
     :class:`~spark_jobs.stopping.StopRequested` (with the summaries when the tasks returned), unless every
     task's summary says ``ended``. Without ``stop`` the tasks' ``stop()`` is always false. ``body`` is
-    pickled (cloudpickle) to the workers.
+    pickled (cloudpickle) to the workers. ``stall_limit_s``: the watchdog's limit (:func:`_run_group`).
     """
     groups = slot_groups(n, spark.sparkContext.defaultParallelism)
     if len(groups) < n:
@@ -161,10 +161,10 @@ def run_long_running_tasks(spark: SparkSession, n: int, body: Body,
 
         worker_logging()
         if stop is None:
-            return _run_group(groups[j], body, _never)
+            return _run_group(groups[j], body, _never, stall_limit_s)
         watch = stop.watch()
         try:
-            return _run_group(groups[j], body, watch)
+            return _run_group(groups[j], body, watch, stall_limit_s)
         finally:
             watch.close()
 
