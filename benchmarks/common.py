@@ -10,7 +10,6 @@ import argparse
 import contextlib
 import os
 import shutil
-import socket
 import tempfile
 import time
 from collections.abc import Iterator
@@ -19,18 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from controlmsg.kafka.settings import add_client_options, client_config_from_args, write_properties
+from controlmsg.testing.processes import free_ports
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 DAY_MS = 86_400_000
 EVENTS_START_MS = 1_764_547_200_000  # 2025-12-01T00:00:00Z, the first day of the synthetic events
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -75,7 +69,7 @@ def kafka_cluster(args: argparse.Namespace) -> Iterator[Cluster]:
 
         data_dir = work / "broker"
         started = time.monotonic()
-        handle = start_broker(port=free_port(), data_dir=data_dir)
+        handle = start_broker(port=free_ports(), data_dir=data_dir)
         print(f"broker: started {handle.bootstrap_servers} ({time.monotonic() - started:.1f} s)", flush=True)
         try:
             config = {"bootstrap.servers": handle.bootstrap_servers}

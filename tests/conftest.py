@@ -10,7 +10,6 @@ If the broker cannot start, every test that needs it **errors** (the fixture rai
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,11 +17,7 @@ from typing import Any
 
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from controlmsg.testing.processes import free_ports
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +30,7 @@ def bootstrap_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
     from controlmsg.testing.broker import start_broker, stop_broker
 
     data_dir: Path = tmp_path_factory.mktemp("kafka")
-    handle = start_broker(port=_free_port(), data_dir=data_dir)
+    handle = start_broker(port=free_ports(), data_dir=data_dir)
     try:
         yield handle.bootstrap_servers
     finally:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
@@ -28,8 +28,41 @@ _DENIED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_A
 _NO_ANSWER = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
 
 
+T = TypeVar("T")
+
+
 def _admin(config: Mapping[str, Any]) -> AdminClient:
     return AdminClient(for_client(config, "admin"))
+
+
+class _AdminSession:
+    """An admin client for a series of requests, replaced by a new one after a try that failed.
+
+    A client keeps the node its first metadata named as controller (on KRaft, any live broker) and sends
+    CreateTopics and DescribeTopics there. When that node dies, the client waits for it ("Failed while
+    waiting for controller: Local: Timed out") until its metadata is next refreshed, five minutes later
+    by default; asking again with the same client fails the same way. A new client bootstraps from the
+    nodes still up and learns a live one.
+    """
+
+    def __init__(self, config: Mapping[str, Any], client: AdminClient | None = None) -> None:
+        self.config = config
+        self.client = client if client is not None else _admin(config)
+
+    def retrying(self, call: Callable[[AdminClient], T], *, timeout: float) -> T:
+        """``call(client)`` under :func:`~controlmsg.kafka.retry.retrying`, each try after the first with
+        a new client. The client is kept alive until its result is in: a collected client cancels its
+        requests."""
+        tries = 0
+
+        def attempt() -> T:
+            nonlocal tries
+            if tries:
+                self.client = _admin(self.config)
+            tries += 1
+            return call(self.client)
+
+        return retrying(attempt, timeout=timeout)
 
 
 def _failure(config: Mapping[str, Any], operation: str, topic: str, error: KafkaError, detail: object) -> str:
@@ -111,20 +144,20 @@ def create_topic(
     Blocks up to ``timeout`` seconds. With ``exist_ok`` an existing topic is accepted only if it has the
     same number of partitions; otherwise raises :class:`TopicError`.
     """
-    admin = _admin(config)
+    session = _AdminSession(config)
     new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
                    config=dict(topic_config or {}))
 
-    def create() -> None:
+    def create(admin: AdminClient) -> None:
         admin.create_topics([new], operation_timeout=timeout)[topic].result(timeout=timeout)
 
     try:
-        retrying(create, timeout=timeout)
+        session.retrying(create, timeout=timeout)
     except KafkaException as exc:
         err = exc.args[0]
         if not (exist_ok and err.code() == err.TOPIC_ALREADY_EXISTS):
             raise TopicError(_failure(config, "create", topic, err, err.str())) from exc
-    have = wait_for_topic(config, topic, timeout=timeout)
+    have = _wait_for_topic(session, topic, timeout)
     if have != partitions:
         raise TopicError(f"topic {topic!r} exists with {have} partitions, not {partitions}")
 
@@ -136,14 +169,14 @@ def partition_count(config: Mapping[str, Any], topic: str, timeout: float = 10.0
     broker with ``auto.create.topics.enable=true`` (Kafka's default) create it with its default partition
     count, so a reader planned before its upstream job would make a wrong topic.
     """
-    return _describe(config, _admin(config), topic, timeout)
+    return _describe(_AdminSession(config), topic, timeout)
 
 
-def _describe(config: Mapping[str, Any], admin: AdminClient, topic: str, timeout: float) -> int | None:
+def _describe(session: _AdminSession, topic: str, timeout: float) -> int | None:
     """Retries what a restarting or paused broker answers (see :mod:`controlmsg.kafka.retry`) for up to
-    ``timeout`` s, each request waiting up to 10 s. ``None``: the topic does not exist."""
-    # The caller keeps ``admin`` alive until the result is in: a collected client cancels its requests.
-    def describe() -> int | None:
+    ``timeout`` s, each request waiting up to 10 s, each retry with a new client (see
+    :class:`_AdminSession`). ``None``: the topic does not exist."""
+    def describe(admin: AdminClient) -> int | None:
         future = admin.describe_topics(TopicCollection([topic]), request_timeout=min(timeout, 10.0))[topic]
         try:
             return len(future.result().partitions)
@@ -153,19 +186,22 @@ def _describe(config: Mapping[str, Any], admin: AdminClient, topic: str, timeout
             raise
 
     try:
-        return retrying(describe, timeout=timeout)
+        return session.retrying(describe, timeout=timeout)
     except KafkaException as exc:
-        raise TopicError(_failure(config, "describe", topic, exc.args[0], exc.args[0])) from exc
+        raise TopicError(_failure(session.config, "describe", topic, exc.args[0], exc.args[0])) from exc
 
 
 def wait_for_topic(config: Mapping[str, Any], topic: str, timeout: float | None = 30.0) -> int:
     """Block until ``topic`` exists (forever if ``timeout`` is ``None``); return its partition count.
     Never creates it. Raises :class:`TopicError` on timeout or when it cannot be described."""
+    return _wait_for_topic(_AdminSession(config), topic, timeout)
+
+
+def _wait_for_topic(session: _AdminSession, topic: str, timeout: float | None) -> int:
     deadline = None if timeout is None else time.monotonic() + timeout
-    admin = _admin(config)
     while True:
         left = 30.0 if deadline is None else max(deadline - time.monotonic(), 10.0)
-        count = _describe(config, admin, topic, left)
+        count = _describe(session, topic, left)
         if count is not None:
             return count
         if deadline is not None and time.monotonic() >= deadline:

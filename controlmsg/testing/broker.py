@@ -36,7 +36,6 @@ import logging
 import os
 import shlex
 import shutil
-import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from controlmsg.testing import security as sec
 from controlmsg.testing.processes import (
     OUTPUT_TAIL_LINES,
     file_lock,
+    free_ports,
     is_process_of,
     java_executable,
     log_tail,
@@ -571,13 +571,7 @@ def _storage_security(data_dir: Path) -> Security:
 def _pick_controller_port(port: int) -> int:
     if port_free(port + 1):
         return port + 1
-    for _ in range(20):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((_HOST, 0))
-            candidate = int(sock.getsockname()[1])
-        if candidate != port:
-            return candidate
-    raise BrokerError("cannot find a free port for the KRaft controller")
+    return free_ports(exclude={port})
 
 
 def _new_cluster_id() -> str:

@@ -35,6 +35,7 @@ from controlmsg.errors import BrokerError
 from controlmsg.testing import broker as _broker
 from controlmsg.testing.processes import (
     file_lock,
+    free_ports,
     is_process_of,
     java_executable,
     log_tail,
@@ -284,7 +285,9 @@ def _layout(ddir: Path, brokers: int, port: int) -> ClusterHandle:
     taken = [p for p in client_ports if not port_free(p)]
     if taken:
         raise BrokerError(f"port(s) {', '.join(map(str, taken))} on {_HOST} are in use; choose another --port")
-    controller_ports = _free_ports(brokers, exclude=set(client_ports))
+    controller_ports: list[int] = []
+    for _ in range(brokers):
+        controller_ports.append(free_ports(exclude={*client_ports, *controller_ports}))
     record = {
         "cluster_id": _broker._new_cluster_id(),
         "kafka_version": _broker.KAFKA_VERSION,
@@ -295,25 +298,21 @@ def _layout(ddir: Path, brokers: int, port: int) -> ClusterHandle:
     return _handle(ddir)
 
 
-def _free_ports(count: int, exclude: set[int]) -> list[int]:
-    import socket
-
-    found: list[int] = []
-    while len(found) < count:
-        with socket.socket() as sock:
-            sock.bind((_HOST, 0))
-            candidate = int(sock.getsockname()[1])
-        if candidate not in exclude and candidate not in found:
-            found.append(candidate)
-    return found
+_PORT_WAIT_S = 70.0
+"""How long a node's start waits for its ports to come free: a minute of TIME_WAIT, and some."""
 
 
 def _start_node(cluster: ClusterHandle, node: NodeHandle, java: str, libs: Path, deadline: float) -> int:
     ndir = node.data_dir
     ndir.mkdir(parents=True, exist_ok=True)
     for p in (node.port, node.controller_port):
-        if not port_free(p):
-            raise BrokerError(f"node {node.node_id}: port {p} on {_HOST} is in use by another process")
+        # A node just killed leaves its ports held for a moment (connections closing, TIME_WAIT).
+        waited = time.monotonic()
+        while not port_free(p):
+            if time.monotonic() >= min(deadline, waited + _PORT_WAIT_S):
+                raise BrokerError(f"node {node.node_id}: port {p} on {_HOST} is in use by another process "
+                                  f"(waited {time.monotonic() - waited:.0f} s)")
+            time.sleep(0.5)
     voters = ",".join(f"{n.node_id}@{_HOST}:{n.controller_port}" for n in cluster.nodes)
     listeners = _broker._PLAIN_LISTENERS.format(host=_HOST, port=node.port, controller_port=node.controller_port)
     props = ndir / _PROPS_FILE

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 from controlmsg.errors import BrokerError
@@ -101,6 +102,42 @@ def java_executable() -> str:
     if java is None:
         raise BrokerError("`java` is not on PATH and JAVA_HOME is not set; the Kafka broker needs Java 17 or newer")
     return java
+
+
+_EPHEMERAL_DEFAULT = (32768, 60999)
+
+
+def ephemeral_port_range() -> tuple[int, int]:
+    """The ports the kernel gives outgoing connections (Linux's ``ip_local_port_range``; elsewhere its
+    default, 32768-60999)."""
+    try:
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return _EPHEMERAL_DEFAULT
+    return low, high
+
+
+def free_ports(count: int = 1, *, exclude: Collection[int] = ()) -> int:
+    """The first of ``count`` consecutive ports on 127.0.0.1 that are free now, outside the kernel's
+    ephemeral range and outside ``exclude``.
+
+    Why not the ephemeral range (what binding port 0 gives): a server there that dies cannot always
+    start again at once. A client that keeps reconnecting to the dead port can be given that very port
+    as its own, and TCP then connects the socket to itself; the port stays taken while that connection
+    lives and for a minute of TIME_WAIT after. Seen with a killed node of the local cluster, which its
+    peers and clients call again and again.
+
+    Raises :class:`BrokerError` when no such ports are found (after 500 random picks).
+    """
+    low, high = ephemeral_port_range()
+    start, end = (10000, low - 1) if low - 10000 > 1000 + count else (high + 1, 65535)
+    pick = random.SystemRandom()
+    for _ in range(500):
+        base = pick.randint(start, end - count + 1)
+        ports = range(base, base + count)
+        if not any(p in exclude for p in ports) and all(port_free(p) for p in ports):
+            return base
+    raise BrokerError(f"no {count} consecutive free port(s) in {start}-{end} on {_HOST}")
 
 
 def port_free(port: int) -> bool:

@@ -15,12 +15,13 @@ import argparse
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from controlmsg.testing.processes import free_ports
 
 __all__ = ["Cluster", "start_cluster", "stop_cluster"]
 
@@ -37,12 +38,6 @@ def _spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _spawn(args: list[str], log: Path, env: dict[str, str]) -> int:
@@ -70,16 +65,16 @@ def start_cluster(directory: Path, cores: int = 6, memory: str = "6g", timeout: 
     env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOG_DIR": str(directory),
            "SPARK_WORKER_DIR": str(directory / "work"), "SPARK_LOCAL_IP": "127.0.0.1",
            "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
-    port = _free_port()
+    port = free_ports()
     master_log = directory / "master.log"
     worker_log = directory / "worker.log"
     master_pid = _spawn([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                         "--port", str(port), "--webui-port", str(_free_port())], master_log, env)
+                         "--port", str(port), "--webui-port", str(free_ports())], master_log, env)
     url = f"spark://127.0.0.1:{port}"
     try:
         _wait_for_line(master_log, "I have been elected leader", timeout)
         worker_pid = _spawn([spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
-                             "--cores", str(cores), "--memory", memory, "--webui-port", str(_free_port()),
+                             "--cores", str(cores), "--memory", memory, "--webui-port", str(free_ports()),
                              "--work-dir", str(directory / "work")], worker_log, env)
         _wait_for_line(worker_log, "Successfully registered with master", timeout)
     except BaseException:

@@ -4,7 +4,6 @@ are retried, not failures. The broker is this test's own, started here, so it is
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -12,20 +11,15 @@ import pytest
 from controlmsg.core.messages import EndOfStreamMessage
 from controlmsg.kafka import ControlReader, create_topic
 from controlmsg.kafka.markers import MarkerStore, write_control_round
+from controlmsg.testing.processes import free_ports
 
 pytestmark = pytest.mark.kafka
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_markers_and_transactions_right_after_the_broker_starts(tmp_path: Path) -> None:
     from controlmsg.testing.broker import start_broker, stop_broker
 
-    handle = start_broker(port=_free_port(), data_dir=tmp_path / "kafka")
+    handle = start_broker(port=free_ports(), data_dir=tmp_path / "kafka")
     try:
         config = {"bootstrap.servers": handle.bootstrap_servers}
         create_topic(config, "fresh", 2)

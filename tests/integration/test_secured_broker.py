@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from controlmsg.kafka.admin import create_topic, end_offsets, partition_count
 from controlmsg.kafka.reader import ControlReader, DataRecord
 from controlmsg.kafka.settings import client_config, read_properties
 from controlmsg.kafka.writer import ControlWriter
+from controlmsg.testing.processes import free_ports
 
 pytestmark = pytest.mark.kafka
 
@@ -40,12 +40,6 @@ class Secured:
     data_dir: Path
     properties: dict[str, Path]  # user -> client properties file
     passwords: tuple[str, ...]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _cli(*args: str, secret: tuple[str, ...] = (), stdin: bytes | None = None,
@@ -69,7 +63,7 @@ def _error_lines(stderr: str) -> list[str]:
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     data_dir = tmp_path_factory.mktemp("kafka-secured")
     started = time.monotonic()
-    proc = _cli("broker", "start", "--security", "sasl-ssl", "--port", str(_free_port()),
+    proc = _cli("broker", "start", "--security", "sasl-ssl", "--port", str(free_ports()),
                 "--data-dir", str(data_dir), timeout=300)
     try:
         assert proc.returncode == 0, f"the secured broker did not start:\n{proc.stderr}"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 from pyspark.sql import SparkSession
 
 from controlmsg.errors import TopicError
 from controlmsg.kafka import ControlReader
-from controlmsg.kafka.admin import create_topic, partition_count
+from controlmsg.kafka.admin import _AdminSession, _describe, create_topic, partition_count
 from controlmsg.testing.broker import BrokerHandle, start_broker, stop_broker
 from controlmsg.testing.kraft_cluster import (
     ClusterHandle,
@@ -43,6 +42,7 @@ from controlmsg.testing.kraft_cluster import (
     start_kafka_cluster,
     stop_kafka_cluster,
 )
+from controlmsg.testing.processes import free_ports
 from spark_jobs.common import topic_names
 from spark_jobs.generate import GeneratorConfig, generate
 
@@ -53,29 +53,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 PAUSE_S = 20.0
 EVENTS = 15_000
-
-
-def _free_ports(count: int) -> int:
-    """A port p such that p .. p+count-1 are free on 127.0.0.1."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
-        if base + count > 65535:
-            continue
-        socks = []
-        try:
-            for p in range(base, base + count):
-                sock = socket.socket()
-                socks.append(sock)
-                sock.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError(f"no {count} consecutive free ports")
 
 
 class Fault(threading.Thread):
@@ -203,7 +180,7 @@ class _FaultOnNewTopic(Fault):
 @pytest.fixture(scope="module")
 def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerHandle]:
     data_dir = tmp_path_factory.mktemp("fault-broker")
-    handle = start_broker(port=_free_ports(2), data_dir=data_dir)
+    handle = start_broker(port=free_ports(2), data_dir=data_dir)
     try:
         yield handle
     finally:
@@ -262,7 +239,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
     """Three nodes, started as a user would: ``controlmsg broker start --brokers 3``."""
     data_dir = tmp_path_factory.mktemp("kraft3")
-    port = _free_ports(3)
+    port = free_ports(3)
     started = _cli("broker", "start", "--brokers", "3", "--port", str(port), "--data-dir", str(data_dir))
     try:
         assert started.returncode == 0, started.stderr[-2000:]
@@ -294,6 +271,37 @@ def test_cluster_topics_are_replicated_and_a_dead_node_is_reported(cluster: Clus
         assert status.returncode == 0
         assert status.stdout.strip() == ",".join(n.address for n in live.nodes[:2])
         assert "node(s) 3 of 3 are down" in status.stderr
+    finally:
+        _all_nodes_up(live)
+
+
+def test_topic_admin_outlives_the_node_its_client_knew_as_controller(cluster: ClusterHandle) -> None:
+    """An admin client sends CreateTopics and DescribeTopics to the node its metadata named controller,
+    and waits for that node when it dies (seen in CI: the backfill's ``create_topic`` failed "Failed while
+    waiting for controller" after a node was killed). Every retry asks with a new client."""
+    live = _all_nodes_up(cluster)
+    config: dict[str, Any] = {"bootstrap.servers": live.bootstrap_servers}
+    topic = f"ctrl-{uuid.uuid4().hex[:6]}"
+    create_topic(config, topic, 3)
+    stale = AdminClient(config)
+    controller = stale.list_topics(timeout=10).controller_id
+    kill_node(live.data_dir, controller)
+    try:
+        # The stale client is stuck on the dead node (the fault this test is about), once it has noticed.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                stale.describe_topics(TopicCollection([topic]), request_timeout=3)[topic].result()
+            except KafkaException as exc:
+                assert "controller" in exc.args[0].str(), exc
+                break
+            assert time.monotonic() < deadline, f"the client never lost node {controller}"
+            time.sleep(0.2)
+        session = _AdminSession(config, stale)
+        assert _describe(session, topic, timeout=30) == 3
+        assert session.client is not stale
+        create_topic(config, f"{topic}-after", 2)  # create and describe, with the node still dead
+        assert partition_count(config, f"{topic}-after") == 2
     finally:
         _all_nodes_up(live)
 
