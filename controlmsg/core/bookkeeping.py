@@ -5,9 +5,15 @@ one consumer that owns a set of partitions of one intermediate topic and follows
 
 * **Run.** Control messages of other runs are ignored and counted (``stale_run``). With no run given,
   the tracker follows the run of the first control message it sees.
-* **Task count.** The first control message of the run fixes ``taskCount``; a message that disagrees is
-  a :class:`~controlmsg.errors.ProtocolViolation`. So is a partition hearing from more distinct tasks
-  than ``taskCount``.
+* **Task count.** The first control message of a generation (below) fixes its ``taskCount``; a message
+  of that generation that disagrees is a :class:`~controlmsg.errors.ProtocolViolation`. So is a
+  partition hearing from more distinct tasks of its generation than ``taskCount``.
+* **Generations** (rescaling; docs/PROTOCOL.md, "Generations"). Every control message belongs to a
+  generation of the run's upstream tasks (0 if it says none). Each partition follows one generation: the
+  first message of a higher one replaces the partition's tasks (their watermarks, ends and idleness) by
+  that generation's, which have not reported yet, so ``WM(p)`` is undefined again until they all have;
+  messages of a lower generation are ignored and counted (``stale_generation``). A partition that has
+  ended stays ended (a later generation's messages count as ``after_end``).
 * **End of stream of a partition**, ``EOS(p)``: the distinct tasks that sent END_OF_STREAM on ``p``
   number ``taskCount``. Duplicates count once.
 * **Watermark of a partition**, ``WM(p)``: undefined until every task has reported on ``p`` (a watermark
@@ -52,6 +58,10 @@ __all__ = [
 ]
 
 SNAPSHOT_FORMAT: Final = 1
+"""What :meth:`InputTracker.snapshot` writes while every generation is 0 (what it always wrote)."""
+SNAPSHOT_FORMAT_GENERATIONS: Final = 2
+"""What it writes once a generation above 0 was heard of: an older reader refuses it instead of missing
+the generations."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +95,7 @@ class Counters:
     duplicate_eos: int = 0
     after_end: int = 0
     applied: int = 0
+    stale_generation: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +110,8 @@ class PartitionStatus:
     """``WM(p)``: ``None`` while undefined, :data:`MAX_TIMESTAMP` once every task ended."""
     idle_tasks: frozenset[str] = frozenset()
     """Open tasks whose latest watermark here says idle."""
+    generation: int = 0
+    """The generation of upstream tasks this partition follows; ``task_count`` is that generation's."""
 
     @property
     def is_ended(self) -> bool:
@@ -138,6 +151,7 @@ class _Partition:
     ended: set[str] = field(default_factory=set)
     idle: set[str] = field(default_factory=set)  # tasks whose latest watermark says idle
     wm: int | None = None  # cached WM(p)
+    generation: int = 0  # the generation whose tasks the fields above are about
 
 
 def _expect_int(snapshot: Mapping[str, Any], key: str, minimum: int | None = None) -> int | None:
@@ -176,7 +190,7 @@ class InputTracker:
             raise ValueError("a tracker needs at least one partition")
         self.topic = topic
         self._run_id = run_id
-        self._task_count: int | None = None
+        self._task_counts: dict[int, int] = {}  # generation -> its taskCount, fixed by its first message
         self._parts: dict[int, _Partition] = {p: _Partition() for p in parts}
         self._ended: set[int] = set()
         self._emitted: int | None = None
@@ -196,7 +210,13 @@ class InputTracker:
 
     @property
     def task_count(self) -> int | None:
-        return self._task_count
+        """The ``taskCount`` of the newest generation heard of (``None``: no control message yet)."""
+        return self._task_counts[max(self._task_counts)] if self._task_counts else None
+
+    @property
+    def generation(self) -> int | None:
+        """The newest generation heard of on any owned partition (``None``: no control message yet)."""
+        return max(self._task_counts) if self._task_counts else None
 
     @property
     def watermark(self) -> int | None:
@@ -224,11 +244,12 @@ class InputTracker:
         part = self._parts[partition]
         return PartitionStatus(
             partition=partition,
-            task_count=self._task_count,
+            task_count=self._task_counts.get(part.generation),
             watermarks=dict(part.watermarks),
             ended_tasks=frozenset(part.ended),
             watermark=part.wm,
             idle_tasks=frozenset(part.idle - part.ended),
+            generation=part.generation,
         )
 
     def statuses(self) -> list[PartitionStatus]:
@@ -247,26 +268,44 @@ class InputTracker:
         if self._run_id is not None and message.run_id != self._run_id:
             self.counters.stale_run += 1
             return []
+        generation = message.generation
+        if generation < part.generation:
+            self.counters.stale_generation += 1
+            return []
+        newer = generation > part.generation
         task = message.task_name
-        known = task in part.watermarks or task in part.ended
-        count = self._task_count
+        count = self._task_counts.get(generation)
         if count is not None and message.task_count != count:
+            of = f"generation {generation} of run" if generation else "run"
             raise ProtocolViolation(
-                f"task {task!r} says taskCount {message.task_count}, but run {message.run_id!r} "
+                f"task {task!r} says taskCount {message.task_count}, but {of} {message.run_id!r} "
                 f"has taskCount {count}",
                 Location(self.topic, partition, offset),
             )
-        if not known and len(part.watermarks.keys() | part.ended) >= message.task_count:
+        reported = set() if newer else part.watermarks.keys() | part.ended
+        if task not in reported and len(reported) >= message.task_count:
             raise ProtocolViolation(
-                f"task {task!r} would be task number {len(part.watermarks.keys() | part.ended) + 1} on this "
+                f"task {task!r} would be task number {len(reported) + 1} on this "
                 f"partition, but taskCount is {message.task_count}",
                 Location(self.topic, partition, offset),
             )
         # Validated: from here on the message is applied.
         if self._run_id is None:
             self._run_id = message.run_id
+        if partition in self._ended:  # nothing after the end, not even a new generation
+            if isinstance(message, EndOfStreamMessage) and task in part.ended and not newer:
+                self.counters.duplicate_eos += 1
+            else:
+                self.counters.after_end += 1
+            return []
         if count is None:
-            self._task_count = message.task_count
+            self._task_counts[generation] = message.task_count
+        if newer:  # the generation's tasks replace the partition's: none has reported here yet
+            part.generation = generation
+            part.watermarks.clear()
+            part.ended.clear()
+            part.idle.clear()
+            part.wm = None
         if task in part.ended:
             if isinstance(message, EndOfStreamMessage):
                 self.counters.duplicate_eos += 1
@@ -292,8 +331,7 @@ class InputTracker:
         return self._reconcile(partition, part)
 
     def _reconcile(self, partition: int, part: _Partition) -> list[Event]:
-        count = self._task_count
-        assert count is not None
+        count = self._task_counts[part.generation]
         part.wm = _partition_watermark(part, count)
         if part.wm is None:
             return []
@@ -315,25 +353,34 @@ class InputTracker:
 
     def snapshot(self) -> dict[str, Any]:
         """All bookkeeping as a JSON-compatible dict (keys are strings), for a checkpoint."""
-        return {
-            "format": SNAPSHOT_FORMAT,
+        rescaled = any(self._task_counts.keys() - {0})
+        partitions: dict[str, dict[str, Any]] = {}
+        for p, part in self._parts.items():
+            saved: dict[str, Any] = {"watermarks": dict(part.watermarks), "ended": sorted(part.ended),
+                                     "idle": sorted(part.idle)}
+            if rescaled:
+                saved["generation"] = part.generation
+            partitions[str(p)] = saved
+        out: dict[str, Any] = {
+            "format": SNAPSHOT_FORMAT_GENERATIONS if rescaled else SNAPSHOT_FORMAT,
             "topic": self.topic,
             "runId": self._run_id,
-            "taskCount": self._task_count,
+            "taskCount": self.task_count,
             "emittedWatermark": self._emitted,
             "streamEnded": self._stream_ended,
-            "partitions": {
-                str(p): {"watermarks": dict(part.watermarks), "ended": sorted(part.ended), "idle": sorted(part.idle)}
-                for p, part in self._parts.items()
-            },
+            "partitions": partitions,
             "counters": {
                 "staleRun": self.counters.stale_run,
                 "regressions": self.counters.regressions,
                 "duplicateEos": self.counters.duplicate_eos,
                 "afterEnd": self.counters.after_end,
                 "applied": self.counters.applied,
+                "staleGeneration": self.counters.stale_generation,
             },
         }
+        if rescaled:
+            out["taskCounts"] = {str(g): n for g, n in sorted(self._task_counts.items())}
+        return out
 
     @classmethod
     def restore(cls, snapshot: Mapping[str, Any], run_id: str | None = None) -> InputTracker:
@@ -343,7 +390,7 @@ class InputTracker:
         when the snapshot is malformed or of another format or run.
         """
         try:
-            if snapshot["format"] != SNAPSHOT_FORMAT:
+            if snapshot["format"] not in (SNAPSHOT_FORMAT, SNAPSHOT_FORMAT_GENERATIONS):
                 raise CheckpointError(f"bookkeeping snapshot format {snapshot['format']!r} is not supported")
             saved_run = snapshot["runId"]
             if run_id is not None and saved_run is not None and saved_run != run_id:
@@ -353,7 +400,13 @@ class InputTracker:
             parts = snapshot["partitions"]
             tracker = cls((int(p) for p in parts), run_id if run_id is not None else saved_run,
                           snapshot.get("topic"))
-            tracker._task_count = _expect_int(snapshot, "taskCount", 1)
+            count = _expect_int(snapshot, "taskCount", 1)
+            if "taskCounts" in snapshot:
+                tracker._task_counts = {int(g): int(n) for g, n in snapshot["taskCounts"].items()}
+                if any(g < 0 or n < 1 for g, n in tracker._task_counts.items()):
+                    raise CheckpointError(f"bookkeeping snapshot: invalid taskCounts {snapshot['taskCounts']!r}")
+            elif count is not None:
+                tracker._task_counts = {0: count}
             tracker._emitted = _expect_int(snapshot, "emittedWatermark")
             ended = snapshot["streamEnded"]
             if type(ended) is not bool:
@@ -366,10 +419,15 @@ class InputTracker:
                 part.watermarks = {str(t): int(ts) for t, ts in saved["watermarks"].items()}
                 part.ended = {str(t) for t in saved["ended"]}
                 part.idle = {str(t) for t in saved.get("idle", ())}  # absent in snapshots from before idleness
-                if tracker._task_count is not None:
-                    part.wm = _partition_watermark(part, tracker._task_count)
-                    if len(part.ended) >= tracker._task_count:
+                part.generation = int(saved.get("generation", 0))
+                part_count = tracker._task_counts.get(part.generation)
+                if part_count is not None:
+                    part.wm = _partition_watermark(part, part_count)
+                    if len(part.ended) >= part_count:
                         tracker._ended.add(int(p))
+                elif part.watermarks or part.ended:
+                    raise CheckpointError(f"bookkeeping snapshot: partition {p} follows generation "
+                                          f"{part.generation}, whose taskCount is not saved")
             counters = snapshot.get("counters", {})
             tracker.counters = Counters(
                 stale_run=int(counters.get("staleRun", 0)),
@@ -377,6 +435,7 @@ class InputTracker:
                 duplicate_eos=int(counters.get("duplicateEos", 0)),
                 after_end=int(counters.get("afterEnd", 0)),
                 applied=int(counters.get("applied", 0)),
+                stale_generation=int(counters.get("staleGeneration", 0)),
             )
         except CheckpointError:
             raise

@@ -2,8 +2,8 @@
 
 ``value = MessageType byte + MessageData``. User data is the user serde's bytes, untouched; control data
 is a UTF-8 JSON object with camelCase fields (``version``, ``taskName``, ``taskCount``, ``timestamp``,
-``runId``, and on an idle watermark ``idle``). Unknown extra fields are ignored. Everything else that is
-not exactly this is a
+``runId``, on an idle watermark ``idle``, and from a run's first rescale on ``generation``). Unknown
+extra fields are ignored. Everything else that is not exactly this is a
 :class:`~controlmsg.errors.DecodeError`, never user data.
 
 orjson is used here and nowhere else in the core; its errors are translated at this boundary.
@@ -71,6 +71,8 @@ def encode_control(message: ControlMessage) -> bytes:
         "taskCount": message.task_count,
         "runId": message.run_id,
     }
+    if message.generation:  # only from a rescale on: generation 0 stays byte for byte what it was
+        body["generation"] = message.generation
     if isinstance(message, WatermarkMessage):
         body["timestamp"] = message.timestamp
         if message.idle:  # only when set: an ordinary watermark stays byte for byte what it was
@@ -127,12 +129,13 @@ def _decode_control(value: bytes, kind: MessageType) -> ControlMessage:
     task_count = _field(body, "taskCount", int, name)
     # runId is optional on the wire (a writer without runs omits it); when present it must be a string.
     run_id = _field(body, "runId", str, name) if "runId" in body else ""
+    generation = _field(body, "generation", int, name) if "generation" in body else 0
     try:
         if kind is MessageType.WATERMARK:
             timestamp = _field(body, "timestamp", int, name)
             idle = _field(body, "idle", bool, name) if "idle" in body else False
-            return WatermarkMessage(task_name, task_count, timestamp, run_id, version, idle)
-        return EndOfStreamMessage(task_name, task_count, run_id, version)
+            return WatermarkMessage(task_name, task_count, timestamp, run_id, version, idle, generation)
+        return EndOfStreamMessage(task_name, task_count, run_id, version, generation)
     except ValueError as exc:
         raise DecodeError(f"{name} is invalid: {exc}") from exc
 

@@ -46,7 +46,8 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
-def _check_common(task_name: object, task_count: object, run_id: object, version: object) -> None:
+def _check_common(task_name: object, task_count: object, run_id: object, version: object,
+                  generation: object = 0) -> None:
     if not isinstance(task_name, str) or not task_name or not _is_utf8(task_name):
         raise ValueError(f"taskName must be a non-empty UTF-8 string, got {task_name!r}")
     if type(task_count) is not int or not 1 <= task_count <= MAX_TIMESTAMP:
@@ -55,6 +56,8 @@ def _check_common(task_name: object, task_count: object, run_id: object, version
         raise ValueError(f"runId must be a UTF-8 string, got {run_id!r}")
     if type(version) is not int or not MIN_TIMESTAMP <= version <= MAX_TIMESTAMP:
         raise ValueError(f"version must be a 64-bit integer, got {version!r}")
+    if type(generation) is not int or not 0 <= generation <= MAX_TIMESTAMP:
+        raise ValueError(f"generation must be an integer in [0, 2**63-1], got {generation!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,9 @@ class WatermarkMessage:
     next watermark without ``idle`` brings it back); see docs/PROTOCOL.md, "Idle upstream tasks". On the
     wire an optional ``"idle": true`` field, so a reader that does not know it takes the message for an
     ordinary watermark (it then waits for the task, as before: never wrong, only slower).
+
+    ``generation``: the task set the task belongs to (0 until the run is first rescaled); a higher one
+    replaces the lower one's tasks on the partition it is read on. See docs/PROTOCOL.md, "Generations".
     """
 
     task_name: str
@@ -73,9 +79,10 @@ class WatermarkMessage:
     run_id: str = ""
     version: int = PROTOCOL_VERSION
     idle: bool = False
+    generation: int = 0
 
     def __post_init__(self) -> None:
-        _check_common(self.task_name, self.task_count, self.run_id, self.version)
+        _check_common(self.task_name, self.task_count, self.run_id, self.version, self.generation)
         if type(self.idle) is not bool:
             raise ValueError(f"idle must be true or false, got {self.idle!r}")
         if type(self.timestamp) is not int or not MIN_TIMESTAMP <= self.timestamp < MAX_TIMESTAMP:
@@ -90,15 +97,17 @@ class WatermarkMessage:
 
 @dataclass(frozen=True, slots=True)
 class EndOfStreamMessage:
-    """Upstream task ``task_name`` has written its last message to this topic in run ``run_id``."""
+    """Upstream task ``task_name`` (of generation ``generation``, see :class:`WatermarkMessage`) has written
+    its last message to this topic in run ``run_id``."""
 
     task_name: str
     task_count: int
     run_id: str = ""
     version: int = PROTOCOL_VERSION
+    generation: int = 0
 
     def __post_init__(self) -> None:
-        _check_common(self.task_name, self.task_count, self.run_id, self.version)
+        _check_common(self.task_name, self.task_count, self.run_id, self.version, self.generation)
 
     @property
     def type(self) -> MessageType:

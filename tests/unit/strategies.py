@@ -30,11 +30,13 @@ timestamps = st.one_of(
     st.sampled_from([MIN_TIMESTAMP, MIN_TIMESTAMP + 1, MAX_TIMESTAMP - 2, MAX_TIMESTAMP - 1]),
 )
 
+generations = st.one_of(st.just(0), st.integers(0, 3), st.integers(0, INT64_MAX))
 watermark_messages = st.builds(
     WatermarkMessage, task_name=task_names, task_count=task_counts, timestamp=timestamps, run_id=run_ids,
-    idle=st.booleans(),
+    idle=st.booleans(), generation=generations,
 )
-eos_messages = st.builds(EndOfStreamMessage, task_name=task_names, task_count=task_counts, run_id=run_ids)
+eos_messages = st.builds(EndOfStreamMessage, task_name=task_names, task_count=task_counts, run_id=run_ids,
+                         generation=generations)
 control_messages: st.SearchStrategy[ControlMessage] = st.one_of(watermark_messages, eos_messages)
 
 # Arbitrary JSON values, to put where a field is expected (fuzzing the field checks).

@@ -357,7 +357,7 @@ MALFORMED_SNAPSHOTS: list[tuple[str, Any]] = [
     ("list", []),
     ("string", "snapshot"),
     ("empty", {}),
-    ("other format", _broken(("format",), 2)),
+    ("other format", _broken(("format",), 3)),
     ("no format", _broken(("format",), ...)),
     ("no runId", _broken(("runId",), ...)),
     ("no partitions", _broken(("partitions",), ...)),
@@ -706,3 +706,127 @@ def test_violations_never_change_the_tracker(stream: ControlStream, data: Any) -
             assert tracker.snapshot() == before
         assert tracker.on_control(p, message, offset) == model.step(p, message)
     check_against_model(tracker, model)
+
+
+# ------------------------------------------------------------------ generations (rescaling)
+
+
+def gwm(task: str, ts: int, gen: int, count: int, idle: bool = False) -> WatermarkMessage:
+    return WatermarkMessage(task, count, ts, "r1", idle=idle, generation=gen)
+
+
+def geos(task: str, gen: int, count: int) -> EndOfStreamMessage:
+    return EndOfStreamMessage(task, count, "r1", generation=gen)
+
+
+def test_a_new_generation_replaces_the_tasks_of_a_partition() -> None:
+    t = InputTracker([0, 1], run_id="r1")
+    for p in (0, 1):
+        t.on_control(p, wm("a", 10))
+    assert t.on_control(1, wm("b", 12)) == []
+    assert t.on_control(0, wm("b", 20)) == [WatermarkAdvanced(10)]
+    # Rescaled 2 -> 3: partition 0 hears generation 1 first; until all three report there, WM(0) is
+    # undefined, and the consumer watermark holds (never back, never past a task not heard from).
+    assert t.on_control(0, gwm("a", 30, 1, 3)) == []
+    assert t.status(0).watermark is None and t.status(0).generation == 1 and t.status(0).task_count == 3
+    assert t.status(0).watermarks == {"a": 30}
+    assert t.watermark is None and t.emitted_watermark == 10
+    assert t.on_control(0, gwm("b", 31, 1, 3)) == []
+    assert t.on_control(0, gwm("c", 5, 1, 3)) == []  # below what was emitted: nothing goes back
+    assert t.status(0).watermark == 5
+    # Partition 1 still follows generation 0 (its old tasks' last watermarks: 10 and 12).
+    assert t.status(1).generation == 0 and t.status(1).watermark == 10
+    assert t.on_control(0, gwm("c", 40, 1, 3)) == []  # min(WM(0) = 30, WM(1) = 10) was emitted already
+    assert t.task_count == 3 and t.generation == 1
+    # A late message of generation 0 on a partition that moved on is ignored and counted.
+    assert t.on_control(0, wm("a", 99)) == []
+    assert t.counters.stale_generation == 1
+    for task in "abc":
+        t.on_control(1, gwm(task, 50, 1, 3))
+    assert t.emitted_watermark == 30
+
+
+def test_generations_end_of_stream_and_task_counts() -> None:
+    t = InputTracker([0], run_id="r1")
+    t.on_control(0, eos("a"))  # generation 0: one of two ended ...
+    assert t.on_control(0, geos("a", 1, 1)) == [PartitionEnded(0), StreamEnded()]  # ... generation 1: one task
+    # Nothing after the end, not even a newer generation.
+    assert t.on_control(0, gwm("a", 5, 2, 1)) == [] and t.counters.after_end == 1
+    assert t.on_control(0, geos("a", 1, 1)) == [] and t.counters.duplicate_eos == 1
+    u = InputTracker([0, 1], run_id="r1")
+    u.on_control(0, gwm("a", 1, 1, 2))
+    with pytest.raises(ProtocolViolation, match="generation 1 of run 'r1' has taskCount 2"):
+        u.on_control(1, gwm("a", 1, 1, 3))
+    u.on_control(1, gwm("a", 1, 2, 3))  # another generation, another count
+    assert u.status(1).task_count == 3 and u.status(0).task_count == 2
+
+
+def test_generations_survive_a_checkpoint_and_generation_zero_snapshots_stay_format_1() -> None:
+    t = InputTracker([0, 1], run_id="r1")
+    t.on_control(0, wm("a", 1))
+    assert t.snapshot()["format"] == 1 and "taskCounts" not in t.snapshot()
+    t.on_control(1, gwm("x", 7, 2, 1))
+    saved = t.snapshot()
+    assert saved["format"] == 2 and saved["taskCounts"] == {"0": 2, "2": 1}
+    back = checkpointed(t)
+    assert back.statuses() == t.statuses() and back.snapshot() == saved
+    assert back.on_control(1, wm("a", 9)) == [] and back.counters.stale_generation == 1
+    with pytest.raises(CheckpointError, match="generation 2, whose taskCount is not saved"):
+        InputTracker.restore({**saved, "taskCounts": {"0": 2}})
+
+
+@st.composite
+def rescaled_streams(draw: st.DrawFn) -> tuple[list[int], list[tuple[int, ControlMessage]]]:
+    """Records of a run rescaled between generations: generation g has its own task count; every task
+    sends rising watermarks (some idle) to every partition and maybe its end of stream, and on each
+    partition every message of generation g precedes those of g + 1 (the old tasks were fenced before
+    the new ones wrote), while partitions interleave freely."""
+    partitions = list(range(draw(st.integers(1, 3))))
+    per_partition: dict[int, list[ControlMessage]] = {p: [] for p in partitions}
+    for gen in range(draw(st.integers(1, 4))):
+        count = draw(st.integers(1, 4))
+        for p in partitions:
+            marks = {f"t{i}": draw(st.integers(0, 50)) for i in range(count)}
+            for _ in range(draw(st.integers(0, 8))):
+                task = draw(st.sampled_from(sorted(marks)))
+                marks[task] += draw(st.integers(0, 10))
+                per_partition[p].append(gwm(task, marks[task], gen, count, idle=draw(st.booleans())))
+            if draw(st.integers(0, 9)) == 0:
+                per_partition[p] += [geos(task, gen, count) for task in marks]
+    records: list[tuple[int, ControlMessage]] = []
+    while any(per_partition.values()):
+        p = draw(st.sampled_from([q for q in partitions if per_partition[q]]))
+        records.append((p, per_partition[p].pop(0)))
+    return partitions, records
+
+
+@PROPERTY
+@given(rescaled_streams())
+def test_a_rescaled_stream_never_passes_a_task_of_the_current_generation(
+        stream: tuple[list[int], list[tuple[int, ControlMessage]]]) -> None:
+    partitions, records = stream
+    t = InputTracker(partitions, run_id="r1")
+    current: dict[int, tuple[int, dict[str, int], set[str], set[str], int]] = {}  # p -> gen, marks, ended, idle, count
+    emitted: list[int] = []
+    for p, message in records:
+        gen, marks, ended, idle, count = current.get(p, (0, {}, set(), set(), message.task_count))
+        if p not in current or (message.generation > gen and len(ended) < count):  # an ended partition stays
+            gen, marks, ended, idle, count = message.generation, {}, set(), set(), message.task_count
+        if message.generation == gen and len(ended) < count:
+            if isinstance(message, EndOfStreamMessage):
+                ended.add(message.task_name)
+            elif message.timestamp >= marks.get(message.task_name, message.timestamp):
+                marks[message.task_name] = message.timestamp
+                (idle.add if message.idle else idle.discard)(message.task_name)
+            current[p] = (gen, marks, ended, idle, count)
+        for event in t.on_control(p, message):
+            if isinstance(event, WatermarkAdvanced):
+                emitted.append(event.timestamp)
+                # Never past an open task of the generation each partition follows now, unless idle.
+                for _, q_marks, q_ended, q_idle, q_count in current.values():
+                    assert len(q_marks.keys() | q_ended) == q_count
+                    active = [ts for task, ts in q_marks.items() if task not in q_ended | q_idle]
+                    assert not active or event.timestamp <= min(active)
+                assert len(current) == len(partitions)
+        assert t.status(p).generation == current[p][0]
+    assert emitted == sorted(set(emitted))  # strictly rising

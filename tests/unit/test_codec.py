@@ -123,6 +123,23 @@ def test_idle_watermark_vector() -> None:
     assert decode(eos_body(idle="whatever")) == EndOfStreamMessage("t0", 2, "r1")  # not a field of EOS
 
 
+def test_generation_vector() -> None:
+    encoded = encode_control(WatermarkMessage("t0", 3, 5, "r1", generation=2))
+    assert orjson.loads(encoded[1:]) == {
+        "version": 1, "taskName": "t0", "taskCount": 3, "runId": "r1", "timestamp": 5, "generation": 2}
+    assert decode(encoded) == WatermarkMessage("t0", 3, 5, "r1", generation=2)
+    assert decode(encode_control(EndOfStreamMessage("t0", 3, "r1", generation=1))) == EndOfStreamMessage(
+        "t0", 3, "r1", generation=1)
+    # Generation 0 is not written: what every writer wrote before rescaling existed, byte for byte.
+    assert b"generation" not in encode_control(WatermarkMessage("t0", 3, 5, "r1", generation=0))
+    assert decode(wm_body(generation=0)) == WatermarkMessage("t0", 2, 5, "r1")
+    for bad in (True, -1, 1.5, "2", None):
+        with pytest.raises(DecodeError, match="generation"):
+            decode(wm_body(generation=bad))
+        with pytest.raises(DecodeError, match="generation"):
+            decode(eos_body(generation=bad))
+
+
 def test_golden_end_of_stream_vector() -> None:
     encoded = encode_control(EndOfStreamMessage("t1", 3, "r1"))
     assert encoded.startswith(b"\x02")
