@@ -333,8 +333,8 @@ class Chain:
 
     def observers(self, groups: bool = False) -> tuple[Observer, Observer]:
         a = self.args
-        # stream_window deals partitions as spark_jobs.streaming.partition_groups does: task i gets i, i + tasks...
-        dealt = [list(range(i, a.partitions, a.tasks)) for i in range(a.tasks)] if groups else None
+        # stream_window runs a task per partition of its input.
+        dealt = [[p] for p in range(a.partitions)] if groups else None
         events = Observer("events", self.config, self.events, self.run_id, results=False, poll_s=a.observer_poll,
                           batch_size=a.observer_batch, groups=dealt)
         windows = Observer("windows", self.config, self.windows, self.run_id, results=True,
@@ -349,7 +349,7 @@ class Chain:
         a = self.args
         argv = [sys.executable, "-m", "spark_jobs.stream_window", "--input-topic", self.events,
                 "--output-topic", self.windows, "--window", a.window, "--sum", "amount",
-                "--partitions", str(a.partitions), "--tasks", str(a.tasks),
+                "--partitions", str(a.partitions),
                 "--commit-interval", a.watermark_interval, *self._common("stream_window")]
         app = App("stream_window", argv, self.work / f"{self.run_id}-stream_window.log", self.env)
         self.apps.append(app)
@@ -374,7 +374,7 @@ class Chain:
         """True once every ingest task has committed a transaction (its consumer group holds offsets)."""
         for i in range(self.args.tasks):
             partitions = [TopicPartition(self.source, p) for p in range(i, self.args.partitions, self.args.tasks)]
-            request = [ConsumerGroupTopicPartitions(ingest_group(self.events, self.run_id, i), partitions)]
+            request = [ConsumerGroupTopicPartitions(ingest_group(self.events, self.run_id), partitions)]
             try:
                 result = next(iter(self.admin.list_consumer_group_offsets(request).values())).result(10)
             except KafkaException:

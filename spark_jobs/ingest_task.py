@@ -10,9 +10,16 @@ topic (JSON objects with the fields a file input has) and is one upstream task o
 * every ``watermark_interval_s`` it writes its watermark (the minimum over its source partitions of the
   largest event time read from each, minus the allowed lateness; only when that rose) and commits ONE
   Kafka transaction holding the records written since the last commit, that watermark, and the source
-  offsets (``send_offsets_to_transaction`` to the task's consumer group, with each partition's largest
-  event time and the last watermark in the offset metadata). A restart resumes from the committed
-  offsets and state: nothing twice, nothing lost, the watermark never goes back;
+  offsets (``send_offsets_to_transaction`` to the run's source group, :func:`source_group`, with each
+  partition's largest event time and the task's last watermark, layout and generation in the offset
+  metadata). A restart resumes from the committed offsets and state: nothing twice, nothing lost, the
+  watermark never goes back;
+* **rescaling** (docs/PROTOCOL.md, "Generations"): the state that matters across a change of the task
+  layout (``--tasks``, or partitions added to the source) is per source partition: its offset and largest
+  event time. :func:`plan_generation` tells a restart with another layout from one with the same; a new
+  layout runs as the next generation, whose tasks take each source partition's offset and largest event
+  time from whichever task of an older generation committed it, and start their watermarks, idleness
+  and counters afresh;
 * with ``until`` (end offsets taken at start: ``--until-source-end``), it writes its end of stream once
   its source partitions reach them, commits and returns;
 * **idleness** (docs/PROTOCOL.md, "Idle upstream tasks"): a source partition that has given no record for
@@ -47,7 +54,8 @@ from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import ControlWriter
 from controlmsg.spark.progress import Progress
 
-__all__ = ["IngestSummary", "parse_event_time", "run_ingest_task", "source_group"]
+__all__ = ["IngestSummary", "committed_source_state", "parse_event_time", "plan_generation", "run_ingest_task",
+           "source_group"]
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _DIGITS: Final = re.compile(r"^-?\d+$")
@@ -93,11 +101,57 @@ class IngestSummary:
     idle_periods: int = 0
     ended_at: float | None = None
     """Epoch seconds when the transaction holding the end of stream committed (``None``: not in this call)."""
+    generation: int = 0
+    """The generation of upstream tasks the task ran in (counters count from its start)."""
 
 
-def source_group(output_topic: str, run_id: str, task_index: int) -> str:
-    """The task's transactional id, also the consumer group its source offsets are committed to."""
-    return transactional_id(output_topic, task_name("ingest", run_id, task_index))
+def source_group(output_topic: str, run_id: str) -> str:
+    """The consumer group every ingest task of run ``run_id`` writing ``output_topic`` commits its source
+    offsets and per-partition state to, in each transaction. One for the run, not one per task: a source
+    partition's state does not depend on which task read it, so another task layout finds it there."""
+    return f"controlmsg-{output_topic}-ingest-{run_id}-source"
+
+
+def committed_source_state(config: Mapping[str, Any], source_topic: str, group: str,
+                           partitions: Sequence[int], timeout: float = 30.0) -> dict[int, dict[str, Any]]:
+    """The offset metadata (parsed) of each of ``partitions`` that has a committed offset in ``group``: what
+    the last committed transactions left. Offsets a transaction still open would commit are not waited
+    for (a task killed mid-transaction leaves one open until its id is fenced, which needs this answer
+    first); they never count, as that transaction is aborted before any task reads its offsets. Raises
+    :class:`ReadError` on Kafka errors."""
+    consumer = Consumer({**for_client(config, "consumer"), "group.id": group, "enable.auto.commit": False,
+                         "isolation.level": "read_uncommitted"})  # librdkafka: no require_stable
+    try:
+        found = consumer.committed([TopicPartition(source_topic, p) for p in partitions], timeout=timeout)
+    except KafkaException as exc:
+        raise ReadError(f"reading the committed offsets of group {group!r} on {source_topic!r}: "
+                        f"{exc.args[0]}") from exc
+    finally:
+        consumer.close()
+    return {tp.partition: (orjson.loads(tp.metadata) if tp.metadata else {}) for tp in found if tp.offset >= 0}
+
+
+def plan_generation(states: Mapping[int, Mapping[str, Any]],
+                    groups: Sequence[Sequence[int]]) -> tuple[int, int | None]:
+    """Which generation a start with the task layout ``groups`` (task *i* reads source partitions
+    ``groups[i]``) runs as, given :func:`committed_source_state`. Pure.
+
+    Returns ``(generation, retired)``. Nothing committed yet: ``(0, None)``. The layout of the newest
+    generation committed: that generation again, ``None`` (a plain restart). Another layout: the next
+    generation and the task count of the newest one, whose transactional ids must be fenced
+    (:func:`~controlmsg.kafka.writer.fence_transactions`) before the new tasks write.
+    """
+    if not states:
+        return 0, None
+    newest = max(int(state.get("generation", 0)) for state in states.values())
+    layout = {p: sorted(group) for group in groups for p in group}
+    same, count = True, None
+    for p, state in states.items():
+        if int(state.get("generation", 0)) != newest:
+            continue
+        count = int(state.get("taskCount", len(groups)))
+        same = same and count == len(groups) and sorted(state.get("partitions", ())) == layout.get(p)
+    return (newest, None) if same else (newest + 1, count)
 
 
 def run_ingest_task(
@@ -119,6 +173,7 @@ def run_ingest_task(
     stop: Callable[[int], bool] | None = None,
     idle_timeout_s: float | None = 10.0,
     max_rate: float | None = None,
+    generation: int = 0,
 ) -> IngestSummary:
     """Run the task until its source partitions reach ``until`` (then end its stream) or
     ``stop(records_written_so_far)`` is true (then commit and return without ending). Blocks. Raises
@@ -127,14 +182,16 @@ def run_ingest_task(
     may give nothing before it counts as idle (``None``: never). ``max_rate``: read at most this many
     source records per second (to replay a backlog without flooding the next job; ``None``: no limit).
     The watermark is :meth:`WatermarkPolicy.watermark_for` of the task's progress; a negative
-    ``allowed_lateness_ms`` is a ValueError.
+    ``allowed_lateness_ms`` is a ValueError. ``generation``: what :func:`plan_generation` decided for
+    this layout; a source partition committed by a newer generation is a :class:`CheckpointError`.
     """
     policy = WatermarkPolicy(allowed_lateness_ms=allowed_lateness_ms)  # validates before anything opens
-    group = source_group(output_topic, run_id, task_index)
+    group = source_group(output_topic, run_id)
+    name = task_name("ingest", run_id, task_index)
     consumer = Consumer({**for_client(config, "consumer"), "group.id": group, "enable.auto.commit": False,
                          "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
-    writer = ControlWriter({**config, "transactional.id": group}, output_topic,
-                           task_name=task_name("ingest", run_id, task_index), task_count=task_count, run_id=run_id,
+    writer = ControlWriter({**config, "transactional.id": transactional_id(output_topic, name)}, output_topic,
+                           task_name=name, task_count=task_count, run_id=run_id, generation=generation,
                            data_headers=True)  # the run and task on each record: late records can name their task
     try:
         committed = consumer.committed([TopicPartition(source_topic, p) for p in source_partitions], timeout=30)
@@ -147,6 +204,16 @@ def run_ingest_task(
         for tp in committed:
             positions[tp.partition] = tp.offset if tp.offset >= 0 else 0
             state = orjson.loads(tp.metadata) if tp.metadata else {}
+            if tp.offset >= 0 and int(state.get("generation", 0)) != generation:
+                if int(state.get("generation", 0)) > generation:
+                    raise CheckpointError(
+                        f"source partition {tp.partition} of {source_topic!r} was committed by generation "
+                        f"{state['generation']} of run {run_id!r}, newer than this task's {generation}: another "
+                        "start of this run rescaled it (is one still running?)")
+                if state.get("maxEvent") is not None:  # an older layout: only the partition's own state counts
+                    max_event[tp.partition] = state["maxEvent"]
+                ended = False
+                continue
             layout = (state.get("taskCount", task_count), state.get("partitions", sorted(source_partitions)))
             if layout != (task_count, sorted(source_partitions)):
                 raise CheckpointError(
@@ -165,7 +232,7 @@ def run_ingest_task(
         records, rejected, commits, idle_periods = (counts[n] for n in ("records", "rejects", "commits", "idlePeriods"))
         if ended:  # a restart after the end: everything is committed, nothing is written again
             writer.close()
-            return IngestSummary(records, rejected, last_mark, True, commits, idle_periods)
+            return IngestSummary(records, rejected, last_mark, True, commits, idle_periods, generation=generation)
         consumer.assign([TopicPartition(source_topic, p, o) for p, o in positions.items()])
         last_seen = dict.fromkeys(positions, time.monotonic())  # per source partition: when it last gave a record
         next_commit = time.monotonic() + watermark_interval_s
@@ -240,7 +307,7 @@ def run_ingest_task(
                         {"maxEvent": max_event.get(q), "lastMark": last_mark, "idle": task_idle, "ended": ended,
                          "records": records, "rejects": rejected, "commits": commits + 1,
                          "taskCount": task_count, "partitions": sorted(positions),
-                         "idlePeriods": idle_periods}).decode())
+                         "idlePeriods": idle_periods, "generation": generation}).decode())
                     for q, o in positions.items()
                 ]
                 writer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata())
@@ -250,7 +317,7 @@ def run_ingest_task(
                 if stopping:
                     writer.close()
                     return IngestSummary(records, rejected, last_mark, ended, commits, idle_periods,
-                                         time.time() if ended else None)
+                                         time.time() if ended else None, generation)
     except KafkaException as exc:
         raise ReadError(f"ingest task {task_index} of {source_topic!r}: {exc.args[0]}") from exc
     finally:

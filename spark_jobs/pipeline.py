@@ -146,10 +146,9 @@ def _job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str,
     elif job == "window_aggregate":
         extra = ["--input-topic", events, "--output-topic", windows, "--window", args.window,
                  "--partitions", str(args.partitions), "--tasks", str(args.tasks), *sums]
-    elif job == "stream_window":
+    elif job == "stream_window":  # a window task per partition of the events topic: no --tasks
         extra = ["--input-topic", events, "--output-topic", windows, "--window", args.window,
-                 "--partitions", str(args.partitions), "--tasks", str(args.tasks),
-                 "--commit-interval", args.watermark_interval, *sums]
+                 "--partitions", str(args.partitions), "--commit-interval", args.watermark_interval, *sums]
     elif job == "stream_sink":  # no Spark application: one process appends to the one output file
         return [sys.executable, "-m", "spark_jobs.stream_sink", "--input-topic", windows, "--output", args.output,
                 *sums, *kafka, "--run-id", run_id, "--summary", str(run_dir / f"{job}.json"),

@@ -60,8 +60,10 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
 
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary."""
+    from controlmsg.core.naming import task_name, transactional_id
     from controlmsg.kafka.admin import create_topic, end_offsets, topic_settings_from_args
-    from spark_jobs.ingest_task import run_ingest_task
+    from controlmsg.kafka.writer import fence_transactions
+    from spark_jobs.ingest_task import committed_source_state, plan_generation, run_ingest_task, source_group
     from spark_jobs.stopping import StopChannel
     from spark_jobs.streaming import partition_groups, run_long_running_tasks
 
@@ -79,8 +81,16 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     lateness = parse_duration(args.allowed_lateness) if args.allowed_lateness.strip() not in ("0", "0s") else 0
     interval = parse_duration(args.watermark_interval) / 1000
     idle_timeout = None if args.idle_timeout == "never" else parse_duration(args.idle_timeout) / 1000
-    log.info("%d tasks over source partitions %s -> %s (%s)", args.tasks, owned, args.topic,
-             f"until offsets {until}" if until is not None else "unbounded")
+    states = committed_source_state(config, args.source_topic, source_group(args.topic, args.run_id),
+                                    sorted(p for group in owned for p in group))
+    generation, retired = plan_generation(states, owned)
+    if retired is not None:  # a new layout: nothing of the old tasks may commit once the new ones write
+        log.info("rescaling run %s: generation %d of %d tasks replaces %d tasks; fencing the old ones",
+                 args.run_id, generation, args.tasks, retired)
+        fence_transactions(config, [transactional_id(args.topic, task_name("ingest", args.run_id, i))
+                                    for i in range(retired)])
+    log.info("%d tasks (generation %d) over source partitions %s -> %s (%s)", args.tasks, generation, owned,
+             args.topic, f"until offsets {until}" if until is not None else "unbounded")
     source, topic, run_id, key, event_time = args.source_topic, args.topic, args.run_id, args.key, args.event_time
     carry, tasks, max_rate = tuple(args.carry), args.tasks, args.max_rate
 
@@ -89,7 +99,8 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
             config, source_topic=source, source_partitions=owned[i], output_topic=topic,
             rejects_topic=rejects_topic, run_id=run_id, task_index=i, task_count=tasks, key_field=key,
             event_time_field=event_time, carry=carry, allowed_lateness_ms=lateness, watermark_interval_s=interval,
-            until=until, idle_timeout_s=idle_timeout, max_rate=max_rate, stop=lambda _records: stopped())
+            until=until, idle_timeout_s=idle_timeout, max_rate=max_rate, stop=lambda _records: stopped(),
+            generation=generation)
         return asdict(summary)
 
     summaries = run_long_running_tasks(spark, tasks, body, stop)
@@ -98,6 +109,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     log.info("%d records written, %d rejected (in %s)", records, rejected, rejects_topic)
     ends = [s["ended_at"] for s in summaries if s["ended_at"] is not None]
     return {"rows_in": records + rejected, "rows_out": records, "rejects": rejected, "tasks": summaries,
+            "generation": generation,
             "eos_written_at": max(ends) if len(ends) == len(summaries) else None}
 
 

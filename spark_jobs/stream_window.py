@@ -1,8 +1,12 @@
 """``python -m spark_jobs.stream_window``: intermediate topic -> tumbling windows emitted as soon as the
 reconciled watermark passes their end -> the next intermediate topic.
 
-Its own Spark application: ``--tasks K`` long-running Spark tasks, each owning a group of the input
-topic's partitions and each one upstream task of the output topic (see ``spark_jobs.window_task``):
+Its own Spark application: one window task per partition of the input topic, each one upstream task of
+the output topic, run as long-running Spark tasks (as many as the application has task slots, each
+running its share in threads: ``spark_jobs.streaming``; see ``spark_jobs.window_task``). A task per
+partition, as Kafka Streams does: a window's state lives with the one partition its key arrives on, so
+the same state serves any number of cores, and a rescale of the upstream ingest (another ``--tasks``)
+leaves the window job's tasks as they were (docs/STREAMING.md, "Rescaling").
 window results, its own watermarks and finally its end of stream go out in transactions together with
 the task's state in a compacted state topic (input offsets and bookkeeping in a header record, and one
 record per open window changed since the last commit: docs/STREAMING.md, "Window state"), so a restart
@@ -33,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", required=True, help="tumbling window length, e.g. 15m")
     p.add_argument("--sum", action="append", default=[], help="a column to sum (repeatable)")
     p.add_argument("--partitions", type=int, default=4, help="output topic partitions (created if missing)")
-    p.add_argument("--tasks", type=int, default=2, help="window tasks (at most the input's partitions)")
+    p.add_argument("--tasks", type=int, help=argparse.SUPPRESS)  # before tasks were per partition; ignored
     p.add_argument("--commit-interval", default="1s", help="how often results and state are committed")
     p.add_argument("--late-topic", help="default: <output-topic>-late")
     p.add_argument("--state-topic", help="default: <output-topic>-state (compacted)")
@@ -44,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 def check_arguments(args: argparse.Namespace) -> list[str]:
     """What can be checked before Spark starts, one line per problem: durations and counts."""
     return (duration_problems([("--window", args.window, False), ("--commit-interval", args.commit_interval, False)])
-            + positive_problems([("--partitions", args.partitions), ("--tasks", args.tasks)]))
+            + positive_problems([("--partitions", args.partitions)]))
 
 
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
@@ -55,7 +59,9 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     from spark_jobs.window_task import run_window_task
 
     log = job_logger("stream_window")
-    owned = partition_groups(config, args.input_topic, args.tasks, args.timeout)
+    owned = [[p] for group in partition_groups(config, args.input_topic, 1, args.timeout) for p in group]
+    if args.tasks is not None:
+        log.info("--tasks %d is ignored: a window task per input partition (%d)", args.tasks, len(owned))
     topics = topic_settings_from_args(args)
     factor = topics.replication_factor
     create_topic(config, args.output_topic, args.partitions, replication_factor=factor, topic_config=topics.config)
@@ -68,10 +74,9 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
                             topic_config=topics.config)
     window_ms = parse_duration(args.window)
     interval = parse_duration(args.commit_interval) / 1000
-    log.info("%d window tasks over partitions %s of %s -> %s", args.tasks, owned, args.input_topic,
-             args.output_topic)
+    log.info("%d window tasks, one per partition of %s -> %s", len(owned), args.input_topic, args.output_topic)
     input_topic, output_topic, run_id, sums, tasks = (args.input_topic, args.output_topic, args.run_id,
-                                                      tuple(args.sum), args.tasks)
+                                                      tuple(args.sum), len(owned))
 
     def body(i: int, stopped: Callable[[], bool]) -> dict[str, Any]:
         summary = run_window_task(

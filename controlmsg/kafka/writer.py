@@ -27,7 +27,7 @@ from controlmsg.kafka.admin import wait_for_topic
 from controlmsg.kafka.retry import retrying_transaction
 from controlmsg.kafka.settings import for_client
 
-__all__ = ["HEADER_RUN", "HEADER_SEQ", "HEADER_TASK", "ControlWriter", "produce_waiting"]
+__all__ = ["HEADER_RUN", "HEADER_SEQ", "HEADER_TASK", "ControlWriter", "fence_transactions", "produce_waiting"]
 
 HEADER_TASK: Final = "controlmsg-task"
 HEADER_RUN: Final = "controlmsg-run"
@@ -52,6 +52,21 @@ def produce_waiting(producer: Producer, topic: str, value: bytes | None, key: by
             raise DeliveryError(f"cannot produce to topic {topic!r}: {exc.args[0]}") from exc
 
 
+def fence_transactions(config: Mapping[str, Any], transactional_ids: Sequence[str], timeout: float = 60.0) -> None:
+    """Fence every producer of ``transactional_ids`` and abort its open transaction, as the next start of
+    the same task would (``init_transactions``): after this returns, nothing an earlier holder of one of
+    these ids still had in flight can commit. For tasks that will not start again under their id (a
+    rescale to fewer tasks). Raises :class:`DeliveryError` naming the id when the broker refuses."""
+    for tid in transactional_ids:
+        producer = Producer({**for_client(config, "producer"), "transactional.id": tid})
+        try:
+            retrying_transaction(producer.init_transactions, timeout=timeout)
+        except KafkaException as exc:
+            raise DeliveryError(f"cannot fence transactional id {tid!r}: {exc.args[0]}") from exc
+        finally:
+            producer.flush(0)
+
+
 class ControlWriter:
     """Writes the envelope stream of one upstream task (``task_name`` of ``task_count``, run ``run_id``).
 
@@ -61,7 +76,8 @@ class ControlWriter:
     batching, ``transactional.id``...), except that ``delivery.report.only.error`` defaults to true.
     ``partitions``: the topic's partition count, looked up (waiting up to ``topic_timeout`` s for the
     topic) when not given. With a ``transactional.id`` in ``config`` the writer initialises transactions
-    and opens the first one; :meth:`commit` commits it and opens the next.
+    and opens the first one; :meth:`commit` commits it and opens the next. ``generation``: the task set
+    the task belongs to, on each control message (docs/PROTOCOL.md, "Generations"; 0 until a rescale).
 
     Not thread-safe. Use as a context manager, or call :meth:`close`.
     """
@@ -77,9 +93,11 @@ class ControlWriter:
         partitions: int | None = None,
         data_headers: bool = False,
         topic_timeout: float = 30.0,
+        generation: int = 0,
     ) -> None:
-        # Validates task_name and task_count once, with a clear error, before any I/O.
-        EndOfStreamMessage(task_name, task_count if task_count is not None else 1, run_id)
+        # Validates task_name, task_count and generation once, with a clear error, before any I/O.
+        EndOfStreamMessage(task_name, task_count if task_count is not None else 1, run_id, generation=generation)
+        self.generation = generation
         self.topic = topic
         self.task_name = task_name
         self.task_count = task_count
@@ -244,14 +262,16 @@ class ControlWriter:
         its next watermark without ``idle``. Raises ``ValueError`` for a timestamp outside the signed 64-bit
         range."""
         value = encode_control(
-            WatermarkMessage(self.task_name, self._task_count(), timestamp, self.run_id, idle=idle))
+            WatermarkMessage(self.task_name, self._task_count(), timestamp, self.run_id, idle=idle,
+                             generation=self.generation))
         headers = self._control_headers()
         for p in range(self.partitions):
             self._produce(value, None, p, headers)
 
     def send_end_of_stream(self) -> None:
         """Declare that this task writes nothing more in this run; written to every partition."""
-        value = encode_control(EndOfStreamMessage(self.task_name, self._task_count(), self.run_id))
+        value = encode_control(EndOfStreamMessage(self.task_name, self._task_count(), self.run_id,
+                                                  generation=self.generation))
         headers = self._control_headers()
         for p in range(self.partitions):
             self._produce(value, None, p, headers)

@@ -183,7 +183,7 @@ def test_kill_9_mid_transaction_then_restart(kafka_config: dict[str, Any], boots
               "run_ingest_task({'bootstrap.servers': sys.argv[2]}, **a)")
     wire = {**args, "until": {str(k): v for k, v in ends.items()}}
     proc = subprocess.Popen([sys.executable, "-c", script, orjson.dumps(wire).decode(), bootstrap_servers])
-    group = Consumer({**kafka_config, "group.id": ingest_group(out, "r", 0)})
+    group = Consumer({**kafka_config, "group.id": ingest_group(out, "r")})
 
     def committed() -> int:  # source records the task has committed so far
         return sum(max(0, tp.offset) for tp in group.committed([TopicPartition(source, p) for p in (0, 1)], timeout=10))
