@@ -86,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="CSV, JSON lines or Parquet file (by extension)")
     p.add_argument("--null-value", help="CSV token read as null")
     p.add_argument("--partitions", type=int, default=4, help="partitions of each intermediate topic")
-    p.add_argument("--tasks", type=int, default=2, help="upstream write tasks of each writing job")
+    p.add_argument("--tasks", type=int, default=2,
+                   help="upstream write tasks of each writing job (streaming: of the ingest, which may change "
+                        "between starts of a run; the window job runs a task per partition)")
     add_topic_options(p)
     add_client_options(p, bootstrap_help="the Kafka cluster (default: bootstrap.servers of -X or --kafka-config, "
                                          "else $KAFKA_BOOTSTRAP_SERVERS, else the local broker, started if needed)")
