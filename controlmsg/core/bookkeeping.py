@@ -40,6 +40,7 @@ event the original had already emitted.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -147,11 +148,98 @@ class PartitionStatus:
 
 @dataclass(slots=True)
 class _Partition:
+    """One partition's tasks, with what ``WM(p)`` needs kept up to date per message in O(log n) for n
+    tasks (amortized), not recomputed over every task: a control message then costs the same for 10 and
+    for 10,000 upstream tasks (``benchmarks/bench_bookkeeping.py``).
+
+    ``reported`` counts the distinct tasks with a watermark or an end; ``open_count`` and
+    ``active_count`` the tasks with a watermark and no end, and those of them not idle. The two heaps
+    hold ``(watermark, task)`` of open tasks (all, and those not idle) and are lazy: an entry whose task
+    has since moved, ended or changed idleness is dropped when it reaches the top. Change the task
+    fields only through :meth:`mark`, :meth:`end`, :meth:`reset` and :meth:`rebuild`.
+    """
+
     watermarks: dict[str, int] = field(default_factory=dict)
     ended: set[str] = field(default_factory=set)
     idle: set[str] = field(default_factory=set)  # tasks whose latest watermark says idle
     wm: int | None = None  # cached WM(p)
     generation: int = 0  # the generation whose tasks the fields above are about
+    reported: int = 0
+    open_count: int = 0
+    active_count: int = 0
+    open_heap: list[tuple[int, str]] = field(default_factory=list)
+    active_heap: list[tuple[int, str]] = field(default_factory=list)
+
+    def reset(self, generation: int) -> None:
+        """Forget every task: a new generation's tasks take over the partition."""
+        self.generation = generation
+        self.watermarks.clear()
+        self.ended.clear()
+        self.idle.clear()
+        self.wm = None
+        self.rebuild()
+
+    def mark(self, task: str, timestamp: int, idle: bool) -> None:
+        """Task ``task`` (not ended) now has watermark ``timestamp`` and idleness ``idle``."""
+        previous = self.watermarks.get(task)
+        if previous is None:
+            self.reported += 1
+            self.open_count += 1
+            self.active_count += not idle
+        elif (task in self.idle) != idle:
+            self.active_count += -1 if idle else 1
+        self.watermarks[task] = timestamp
+        if idle:
+            self.idle.add(task)
+        else:
+            self.idle.discard(task)
+            heapq.heappush(self.active_heap, (timestamp, task))
+        heapq.heappush(self.open_heap, (timestamp, task))
+        if len(self.open_heap) > 4 * self.open_count + 64:  # mostly stale entries: start afresh
+            self._heapify()
+
+    def end(self, task: str) -> None:
+        """Task ``task`` (not ended) has ended."""
+        if task in self.watermarks:
+            self.open_count -= 1
+            self.active_count -= task not in self.idle
+        else:
+            self.reported += 1
+        self.ended.add(task)
+
+    def rebuild(self) -> None:
+        """Recount and rebuild the heaps from ``watermarks``, ``ended`` and ``idle`` (after a restore)."""
+        self.reported = len(self.watermarks.keys() | self.ended)
+        open_tasks = [t for t in self.watermarks if t not in self.ended]
+        self.open_count = len(open_tasks)
+        self.active_count = sum(t not in self.idle for t in open_tasks)
+        self._heapify()
+
+    def _heapify(self) -> None:
+        self.open_heap = [(ts, t) for t, ts in self.watermarks.items() if t not in self.ended]
+        self.active_heap = [(ts, t) for ts, t in self.open_heap if t not in self.idle]
+        heapq.heapify(self.open_heap)
+        heapq.heapify(self.active_heap)
+
+    def watermark(self, task_count: int) -> int | None:
+        """``WM(p)``: undefined until all ``task_count`` tasks reported; then the minimum over the open
+        tasks that are not idle, or over all open tasks when every one is idle; an ended task counts as
+        +infinity (+infinity too when every task has ended)."""
+        if self.reported < task_count:
+            return None
+        if self.active_count:
+            return self._top(self.active_heap, active=True)
+        if self.open_count:
+            return self._top(self.open_heap, active=False)
+        return MAX_TIMESTAMP
+
+    def _top(self, heap: list[tuple[int, str]], active: bool) -> int:
+        marks, ended, idle = self.watermarks, self.ended, self.idle
+        while True:
+            ts, task = heap[0]  # not empty: every open (active) task has its current entry in it
+            if marks.get(task) == ts and task not in ended and not (active and task in idle):
+                return ts
+            heapq.heappop(heap)
 
 
 def _expect_int(snapshot: Mapping[str, Any], key: str, minimum: int | None = None) -> int | None:
@@ -160,19 +248,6 @@ def _expect_int(snapshot: Mapping[str, Any], key: str, minimum: int | None = Non
     if value is not None and (type(value) is not int or (minimum is not None and value < minimum)):
         raise CheckpointError(f"bookkeeping snapshot: {key} has an invalid value {value!r}")
     return value
-
-
-def _partition_watermark(part: _Partition, task_count: int) -> int | None:
-    """``WM(p)``: undefined until all ``task_count`` tasks reported; then the minimum over the open tasks
-    that are not idle, or over all open tasks when every one is idle; an ended task counts as +infinity
-    (ended tasks without a watermark have no entry, so ``default`` covers "all ended")."""
-    if len(part.watermarks.keys() | part.ended) < task_count:
-        return None
-    open_marks = [(ts, t in part.idle) for t, ts in part.watermarks.items() if t not in part.ended]
-    active = [ts for ts, idle in open_marks if not idle]
-    if active:
-        return min(active)
-    return min((ts for ts, _ in open_marks), default=MAX_TIMESTAMP)
 
 
 class InputTracker:
@@ -282,10 +357,11 @@ class InputTracker:
                 f"has taskCount {count}",
                 Location(self.topic, partition, offset),
             )
-        reported = set() if newer else part.watermarks.keys() | part.ended
-        if task not in reported and len(reported) >= message.task_count:
+        reported = 0 if newer else part.reported
+        known = not newer and (task in part.watermarks or task in part.ended)
+        if not known and reported >= message.task_count:
             raise ProtocolViolation(
-                f"task {task!r} would be task number {len(reported) + 1} on this "
+                f"task {task!r} would be task number {reported + 1} on this "
                 f"partition, but taskCount is {message.task_count}",
                 Location(self.topic, partition, offset),
             )
@@ -301,11 +377,7 @@ class InputTracker:
         if count is None:
             self._task_counts[generation] = message.task_count
         if newer:  # the generation's tasks replace the partition's: none has reported here yet
-            part.generation = generation
-            part.watermarks.clear()
-            part.ended.clear()
-            part.idle.clear()
-            part.wm = None
+            part.reset(generation)
         if task in part.ended:
             if isinstance(message, EndOfStreamMessage):
                 self.counters.duplicate_eos += 1
@@ -313,7 +385,7 @@ class InputTracker:
                 self.counters.after_end += 1
             return []
         if isinstance(message, EndOfStreamMessage):
-            part.ended.add(task)
+            part.end(task)
         else:
             previous = part.watermarks.get(task)
             if previous is not None and message.timestamp <= previous:
@@ -322,17 +394,13 @@ class InputTracker:
                     return []
                 if message.idle == (task in part.idle):
                     return []  # a repeat
-            part.watermarks[task] = message.timestamp
-            if message.idle:
-                part.idle.add(task)
-            else:
-                part.idle.discard(task)
+            part.mark(task, message.timestamp, message.idle)
         self.counters.applied += 1
         return self._reconcile(partition, part)
 
     def _reconcile(self, partition: int, part: _Partition) -> list[Event]:
         count = self._task_counts[part.generation]
-        part.wm = _partition_watermark(part, count)
+        part.wm = part.watermark(count)
         if part.wm is None:
             return []
         events: list[Event] = []
@@ -420,9 +488,10 @@ class InputTracker:
                 part.ended = {str(t) for t in saved["ended"]}
                 part.idle = {str(t) for t in saved.get("idle", ())}  # absent in snapshots from before idleness
                 part.generation = int(saved.get("generation", 0))
+                part.rebuild()
                 part_count = tracker._task_counts.get(part.generation)
                 if part_count is not None:
-                    part.wm = _partition_watermark(part, part_count)
+                    part.wm = part.watermark(part_count)
                     if len(part.ended) >= part_count:
                         tracker._ended.add(int(p))
                 elif part.watermarks or part.ended:
