@@ -44,10 +44,9 @@ from controlmsg.testing.kraft_cluster import (
 )
 from controlmsg.testing.processes import free_ports
 from spark_jobs.common import topic_names
-from spark_jobs.generate import GeneratorConfig, generate
 
 from .test_pipeline_oracle import assert_matches_oracle, run_pipeline_in_session, write_events
-from .test_streaming_pipeline import dump_source
+from .test_streaming_pipeline import generated_source
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -360,11 +359,8 @@ def test_streaming_on_three_nodes_survives_a_leader_killed(cluster: ClusterHandl
     config: dict[str, Any] = {"bootstrap.servers": servers}
     source = f"raw-{uuid.uuid4().hex[:8]}"
     create_topic(config, source, 3)
-    ends = generate(config, source, GeneratorConfig(events=2500, rate=1e6, keys=30, disorder_ms=2000,
-                                                    late_fraction=0.0, late_by_ms=0,
-                                                    start_ms=1_767_225_600_000, speedup=1e5, seed=5))
-    events = tmp_path / "events.jsonl"
-    dump_source(config, source, ends, events)
+    events = generated_source(config, source, tmp_path, events=2500, keys=30, disorder_ms=2000, late_fraction=0.0,
+                              late_by_ms=0, seed=5)
     output = tmp_path / "windows.csv"
     run_id = f"kill-{uuid.uuid4().hex[:8]}"
     events_topic, windows = topic_names(run_id)

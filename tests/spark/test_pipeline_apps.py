@@ -15,10 +15,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from controlmsg.testing.standalone import Cluster, start_cluster, stop_cluster
-from spark_jobs.generate import GeneratorConfig, generate
 
 from .test_pipeline_oracle import SAMPLE, assert_matches_oracle
-from .test_streaming_pipeline import dump_source
+from .test_streaming_pipeline import generated_source
 
 OPTS = ["--input", str(SAMPLE), "--key", "user", "--event-time", "event_time", "--window", "1h",
         "--sum", "amount", "--sum", "items", "--null-value", "NA"]
@@ -100,10 +99,7 @@ def test_streaming_pipeline_on_standalone_cluster(spark: SparkSession, kafka_con
     """The streaming chain (long-running tasks in executors of the cluster's worker), bounded by
     --until-source-end: ends by itself, equal to the oracle."""
     source = new_topic(4, prefix="raw")
-    ends = generate(kafka_config, source, GeneratorConfig(events=4000, rate=1e6, keys=30, disorder_ms=5000,
-                                                          start_ms=1_767_225_600_000, speedup=1e5, seed=5))
-    events = tmp_path / "events.jsonl"
-    dump_source(kafka_config, source, ends, events)
+    events = generated_source(kafka_config, source, tmp_path, events=4000, keys=30, disorder_ms=5000, seed=5)
     output = tmp_path / "windows.csv"
     done = subprocess.run(
         [sys.executable, "-m", "spark_jobs.pipeline", "windowed-count", "--streaming", "--source-topic", source,

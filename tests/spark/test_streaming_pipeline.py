@@ -26,6 +26,16 @@ from spark_jobs.window_task import LATE_REASON
 from .test_pipeline_oracle import assert_matches_oracle
 
 
+def generated_source(kafka_config: dict[str, Any], topic: str, tmp_path: Path, **generator: Any) -> Path:
+    """Generate click events into ``topic`` (``GeneratorConfig(**generator)``, all at once, event times
+    from 2026-01-01 at 1e5x) and write them to ``tmp_path / "events.jsonl"`` for the oracle; its path."""
+    settings = {"rate": 1e6, "start_ms": 1_767_225_600_000, "speedup": 1e5, **generator}
+    ends = generate(kafka_config, topic, GeneratorConfig(**settings))
+    events = tmp_path / "events.jsonl"
+    dump_source(kafka_config, topic, ends, events)
+    return events
+
+
 def dump_source(kafka_config: dict[str, Any], topic: str, ends: dict[int, int], path: Path) -> None:
     consumer = Consumer({**kafka_config, "group.id": "dump", "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, p, 0) for p in ends])
@@ -44,11 +54,8 @@ def test_streaming_pipeline_until_source_end(spark: SparkSession, kafka_config: 
     window job met behind its watermark are in the late topic, counted, naming their upstream task; the
     output equals the oracle over the other events; every event is in exactly one of the two."""
     source = new_topic(4, prefix="raw")
-    ends = generate(kafka_config, source, GeneratorConfig(events=6000, rate=1e6, keys=40, disorder_ms=5000,
-                                                          late_fraction=0.03, late_by_ms=600_000,
-                                                          start_ms=1_767_225_600_000, speedup=1e5, seed=8))
-    events = tmp_path / "events.jsonl"
-    dump_source(kafka_config, source, ends, events)
+    events = generated_source(kafka_config, source, tmp_path, events=6000, keys=40, disorder_ms=5000,
+                              late_fraction=0.03, late_by_ms=600_000, seed=8)
     output = tmp_path / "windows.csv"
     run_id = f"late-{uuid.uuid4().hex[:8]}"
     done = subprocess.run(
@@ -115,10 +122,7 @@ def test_more_upstream_tasks_than_cores(spark: SparkSession, kafka_config: dict[
     from .test_streaming_restarts import check_wire
 
     source = new_topic(8, prefix="raw")
-    ends = generate(kafka_config, source, GeneratorConfig(events=4000, rate=1e6, keys=40, disorder_ms=2000,
-                                                          start_ms=1_767_225_600_000, speedup=1e5, seed=81))
-    events = tmp_path / "events.jsonl"
-    dump_source(kafka_config, source, ends, events)
+    events = generated_source(kafka_config, source, tmp_path, events=4000, keys=40, disorder_ms=2000, seed=81)
     output = tmp_path / "windows.csv"
     run_id = f"wide-{uuid.uuid4().hex[:8]}"
     done = subprocess.run(

@@ -17,10 +17,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
-from spark_jobs.generate import GeneratorConfig, generate
 
 from .test_pipeline_oracle import assert_matches_oracle
-from .test_streaming_pipeline import dump_source
+from .test_streaming_pipeline import generated_source
 from .test_streaming_restarts import EVENTS, Chain, wait_for_records
 from .topic_dump import dump_topic
 
@@ -34,10 +33,7 @@ def test_rescale_the_ingest_2_4_3_with_kill_9_in_between(spark: SparkSession, ka
                                                          bootstrap_servers: str, new_topic: Callable[..., str],
                                                          tmp_path: Path) -> None:
     source = new_topic(4, prefix="raw")
-    ends = generate(kafka_config, source, GeneratorConfig(events=EVENTS, rate=1e6, keys=40, disorder_ms=5000,
-                                                          start_ms=1_767_225_600_000, speedup=1e5, seed=23))
-    events = tmp_path / "events.jsonl"
-    dump_source(kafka_config, source, ends, events)
+    events = generated_source(kafka_config, source, tmp_path, events=EVENTS, keys=40, disorder_ms=5000, seed=23)
     chain = Chain(bootstrap_servers, source, tmp_path)
     ingest = chain.commands["stream_ingest"]
     try:

@@ -30,12 +30,11 @@ from pyspark.sql import SparkSession
 from controlmsg.core.messages import WatermarkMessage
 from controlmsg.kafka import ControlReader, DataRecord, FileCheckpointStore
 from spark_jobs.common import topic_names
-from spark_jobs.generate import GeneratorConfig, generate
 from spark_jobs.pipeline import _job_args, _write_client_config, build_parser
 from spark_jobs.stream_sink import checkpoint_path
 
 from .test_pipeline_oracle import assert_matches_oracle
-from .test_streaming_pipeline import dump_source
+from .test_streaming_pipeline import generated_source
 from .topic_dump import dump_topic
 
 EVENTS = 6000
@@ -125,10 +124,7 @@ def test_kill_9_of_a_job_mid_run_then_restart(victim: str, spark: SparkSession, 
                                              bootstrap_servers: str, new_topic: Callable[..., str],
                                              tmp_path: Path) -> None:
     source = new_topic(4, prefix="raw")
-    ends = generate(kafka_config, source, GeneratorConfig(events=EVENTS, rate=1e6, keys=40, disorder_ms=5000,
-                                                          start_ms=1_767_225_600_000, speedup=1e5, seed=21))
-    events = tmp_path / "events.jsonl"
-    dump_source(kafka_config, source, ends, events)
+    events = generated_source(kafka_config, source, tmp_path, events=EVENTS, keys=40, disorder_ms=5000, seed=21)
     chain = Chain(bootstrap_servers, source, tmp_path)
     try:
         for job in ("stream_sink", "stream_window", "stream_ingest"):

@@ -35,7 +35,7 @@ from spark_jobs.pipeline import JOB_STOP_GRACE_S
 from spark_jobs.window_task import state_key
 
 from .test_pipeline_oracle import assert_matches_oracle
-from .test_streaming_pipeline import dump_source
+from .test_streaming_pipeline import generated_source
 from .test_streaming_restarts import Chain, check_wire, wait_for_records
 
 EVENTS = 4000
@@ -87,10 +87,7 @@ def test_sigterm_to_the_pipeline_then_restart(spark: SparkSession, kafka_config:
                                               bootstrap_servers: str, new_topic: Callable[..., str],
                                               tmp_path: Path) -> None:
     source = new_topic(4, prefix="raw")
-    ends = generate(kafka_config, source, GeneratorConfig(events=EVENTS, rate=1e6, keys=40, disorder_ms=5000,
-                                                          start_ms=1_767_225_600_000, speedup=1e5, seed=33))
-    events = tmp_path / "events.jsonl"
-    dump_source(kafka_config, source, ends, events)
+    events = generated_source(kafka_config, source, tmp_path, events=EVENTS, keys=40, disorder_ms=5000, seed=33)
     output, run_dir, run_id = tmp_path / "windows.csv", tmp_path / "run", f"stop-{uuid.uuid4().hex[:8]}"
     # paced (about 20 s of input once running), so the stop comes mid-run
     command = pipeline_command(source, bootstrap_servers, output, run_id, run_dir, "--until-source-end",
@@ -179,10 +176,7 @@ def test_sigterm_to_one_job_then_restart(job: str, spark: SparkSession, kafka_co
                                          bootstrap_servers: str, new_topic: Callable[..., str],
                                          tmp_path: Path) -> None:
     source = new_topic(4, prefix="raw")
-    ends = generate(kafka_config, source, GeneratorConfig(events=6000, rate=1e6, keys=40, disorder_ms=5000,
-                                                          start_ms=1_767_225_600_000, speedup=1e5, seed=34))
-    events = tmp_path / "events.jsonl"
-    dump_source(kafka_config, source, ends, events)
+    events = generated_source(kafka_config, source, tmp_path, events=6000, keys=40, disorder_ms=5000, seed=34)
     chain = Chain(bootstrap_servers, source, tmp_path)
     for topic in (chain.events_topic, chain.windows_topic):  # as the pipeline does: the sink need not wait
         create_topic(kafka_config, topic, 3)
