@@ -133,7 +133,7 @@ def test_sigterm_to_the_pipeline_then_restart(spark: SparkSession, kafka_config:
     sink = json.loads((run_dir / "stream_sink.json").read_text())
     assert sink["rows"] == rows and sink["ended"] and sink["resumed"]
     check_wire(kafka_config, events_topic, tasks=2)
-    check_wire(kafka_config, windows_topic, tasks=2)
+    check_wire(kafka_config, windows_topic, tasks=3)  # a window task per events partition
 
 
 def test_a_window_job_failing_at_start_stops_the_others(kafka_config: dict[str, Any], bootstrap_servers: str,
@@ -211,4 +211,4 @@ def test_sigterm_to_one_job_then_restart(job: str, spark: SparkSession, kafka_co
     sink = json.loads((chain.run_dir / "stream_sink.json").read_text())
     assert sink["rows"] == rows and sink["ended"] and sink["resumed"] == (job == "stream_sink")
     check_wire(kafka_config, chain.events_topic, tasks=2)
-    check_wire(kafka_config, chain.windows_topic, tasks=2)
+    check_wire(kafka_config, chain.windows_topic, tasks=3)  # a window task per events partition
