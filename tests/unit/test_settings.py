@@ -3,6 +3,7 @@ the local broker; a clear error when there is none. No broker is started here.""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import time
@@ -114,12 +115,17 @@ def test_librdkafka_log_lines_go_through_python_logging(caplog: pytest.LogCaptur
 
     from controlmsg.kafka.settings import for_client
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        nowhere = f"127.0.0.1:{s.getsockname()[1]}"  # bound, never listening: connections are refused
-        config = {"bootstrap.servers": nowhere, "reconnect.backoff.max.ms": "100"}
+    kinds = ("producer", "consumer", "admin")
+    sockets = [socket.socket() for _ in kinds]
+    with contextlib.ExitStack() as stack:
+        for s in sockets:
+            stack.enter_context(s)
+            s.bind(("127.0.0.1", 0))
         with caplog.at_level(logging.DEBUG, logger="controlmsg.kafka.client"):
-            for kind in ("producer", "consumer", "admin"):
+            for kind, s in zip(kinds, sockets, strict=True):
+                # A port of its own per client, bound and never listening (connections are refused): the
+                # same refused connection to the same address is logged once per 10 s (RepeatFilter).
+                config = {"bootstrap.servers": f"127.0.0.1:{s.getsockname()[1]}", "reconnect.backoff.max.ms": "100"}
                 caplog.clear()
                 deadline = time.monotonic() + 10
                 if kind == "producer":
