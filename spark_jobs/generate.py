@@ -99,12 +99,12 @@ def generate(config: dict[str, Any], topic: str, cfg: GeneratorConfig) -> dict[i
 
 def main(argv: Sequence[str] | None = None) -> int:
     from controlmsg.kafka.admin import add_topic_options, create_topic, partition_count, topic_settings_from_args
-    from controlmsg.kafka.settings import add_client_options, client_config_from_args
+    from controlmsg.kafka.settings import STARTS_LOCAL_BROKER_HELP, add_client_options, client_config_from_args
     from spark_jobs.events import parse_duration
 
     p = argparse.ArgumentParser(prog="python -m spark_jobs.generate", description=__doc__.split("\n")[0])
     p.add_argument("--topic", required=True)
-    add_client_options(p)
+    add_client_options(p, bootstrap_help=STARTS_LOCAL_BROKER_HELP)
     p.add_argument("--partitions", type=int, default=4, help="create the topic with this many if missing")
     add_topic_options(p)
     p.add_argument("--events", type=int, help="end the stream after this many events (default 10000)")
@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--speedup", type=float, default=1.0, help="event time runs this much faster than wall time")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
-    config: dict[str, Any] = dict(client_config_from_args(args))
+    config: dict[str, Any] = dict(client_config_from_args(args, start_local=True))  # as the pipeline does
     if partition_count(config, args.topic) is None:
         topics = topic_settings_from_args(args)
         create_topic(config, args.topic, args.partitions, replication_factor=topics.replication_factor,

@@ -39,7 +39,7 @@ from typing import IO, Any, Final
 import orjson
 
 from controlmsg.kafka.admin import add_topic_options, create_topic, topic_settings_from_args
-from controlmsg.kafka.settings import add_client_options, write_properties
+from controlmsg.kafka.settings import STARTS_LOCAL_BROKER_HELP, add_client_options, write_properties
 from spark_jobs.checks import duration_problems, input_problems, output_problems, positive_problems, topic_problems
 from spark_jobs.common import topic_names
 from spark_jobs.stopping import exit_code, signal_name
@@ -90,8 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="upstream write tasks of each writing job (streaming: of the ingest, which may change "
                         "between starts of a run; the window job runs a task per partition)")
     add_topic_options(p)
-    add_client_options(p, bootstrap_help="the Kafka cluster (default: bootstrap.servers of -X or --kafka-config, "
-                                         "else $KAFKA_BOOTSTRAP_SERVERS, else the local broker, started if needed)")
+    add_client_options(p, bootstrap_help=STARTS_LOCAL_BROKER_HELP)
     p.add_argument("--run-id", help="pipeline run id (generated when absent)")
     p.add_argument("--master", default="local[*]", help="Spark master for every job (default local[*])")
     p.add_argument("--timeout", type=float, default=600.0, help="fail if the pipeline has not ended after SECONDS")

@@ -258,6 +258,11 @@ def client_config(
     return config
 
 
+STARTS_LOCAL_BROKER_HELP: Final = ("the Kafka cluster (default: bootstrap.servers of -X or --kafka-config, else "
+                                   "$KAFKA_BOOTSTRAP_SERVERS, else the local broker, started if needed)")
+"""``--bootstrap-servers`` help of a command that resolves with ``start_local=True``."""
+
+
 def add_client_options(parser: argparse.ArgumentParser, *, bootstrap_help: str | None = None) -> None:
     """Add ``--bootstrap-servers``, ``-X key=value`` and ``--kafka-config PATH`` to ``parser``."""
     parser.add_argument("--bootstrap-servers", metavar="HOST:PORT",
