@@ -301,6 +301,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                 run.run_id: [
                     {
                         "partition": s.partition,
+                        "generation": s.generation,
                         "taskCount": s.task_count,
                         "reportedTasks": sorted(s.reported_tasks),
                         "watermarks": dict(s.watermarks),
@@ -329,11 +330,14 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     newest = report.newest_run
     for run in report.runs.values():
         label = " (newest)" if run is newest and len(report.runs) > 1 else ""
-        print(f"run {run.run_id!r}{label}: taskCount {run.tracker.task_count}")
+        generation = run.tracker.generation
+        rescaled = f" (generation {generation})" if generation else ""
+        print(f"run {run.run_id!r}{label}: taskCount {run.tracker.task_count}{rescaled}")
         for s in run.partitions:
             marks = ", ".join(f"{t}={ts}" for t, ts in sorted(s.watermarks.items())) or "-"
             ended = ", ".join(sorted(s.ended_tasks)) or "-"
-            line = (f"  partition {s.partition}: watermark {_fmt_ts(s.watermark)}; reported "
+            behind = f" (generation {s.generation})" if s.generation != generation else ""
+            line = (f"  partition {s.partition}{behind}: watermark {_fmt_ts(s.watermark)}; reported "
                     f"{len(s.reported_tasks)}/{s.task_count}; watermarks [{marks}]; ended [{ended}]")
             if s.idle_tasks:
                 line += f"; idle [{', '.join(sorted(s.idle_tasks))}]"

@@ -257,3 +257,27 @@ def test_inspect_reports_holders_and_runs(kafka_config: dict[str, Any], bootstra
     part = orjson.loads(out.stdout)["runs"]["r2"][0]
     assert (part["watermark"], part["idleTasks"], part["holdingTask"]) == (
         500, ["slow"], {"task": "fast", "watermark": 500})
+
+
+def test_inspect_shows_a_rescaled_run_per_generation(kafka_config: dict[str, Any], bootstrap_servers: str,
+                                                     new_topic: Callable[..., str]) -> None:
+    """Generation 0 had two tasks; generation 1, of three, has written to partition 0 only (its tasks'
+    first transactions reach partitions one at a time): partition 0 follows the new task set, partition 1
+    still the old one, and each says so."""
+    topic = new_topic(2)
+    for name in ("a", "b"):
+        with ControlWriter(kafka_config, topic, task_name=name, task_count=2, run_id="r") as w:
+            w.send_watermark(100)
+    with ControlWriter(kafka_config, topic, task_name="a", task_count=3, run_id="r", generation=1,
+                       partitions=1) as w:  # only partition 0 (the writer sends to partitions 0 .. n-1)
+        w.send_watermark(200)
+    out = subprocess.run([sys.executable, "-m", "controlmsg", "inspect", "--bootstrap-servers", bootstrap_servers,
+                          "--topic", topic, "--run-id", "r"], capture_output=True, check=True, timeout=60)
+    text = out.stdout.decode()
+    assert "run 'r': taskCount 3 (generation 1)" in text, text
+    assert "partition 0: watermark undefined; reported 1/3" in text, text
+    assert "partition 1 (generation 0): watermark 100; reported 2/2" in text, text
+    out = subprocess.run([sys.executable, "-m", "controlmsg", "inspect", "--bootstrap-servers", bootstrap_servers,
+                          "--topic", topic, "--run-id", "r", "--json"], capture_output=True, check=True, timeout=60)
+    parts = orjson.loads(out.stdout)["runs"]["r"]
+    assert [(p["generation"], p["taskCount"]) for p in parts] == [(1, 3), (0, 2)]
