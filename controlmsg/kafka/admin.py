@@ -148,8 +148,9 @@ def create_topic(
     new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
                    config=dict(topic_config or {}))
 
-    def create(admin: AdminClient) -> None:
-        admin.create_topics([new], operation_timeout=timeout)[topic].result(timeout=timeout)
+    def create(admin: AdminClient) -> None:  # each try waits up to 10 s, so a stuck one leaves time to retry
+        admin.create_topics([new], operation_timeout=min(timeout, 8.0),
+                            request_timeout=min(timeout, 10.0))[topic].result(timeout=timeout)
 
     try:
         session.retrying(create, timeout=timeout)
