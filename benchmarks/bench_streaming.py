@@ -106,16 +106,18 @@ from typing import IO, Any
 
 import orjson
 from common import Cluster, add_cluster_options, kafka_cluster, load_average
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from controlmsg.core.bookkeeping import StreamEnded, WatermarkAdvanced
 from controlmsg.core.codec import decode_json_payload
+from controlmsg.errors import ReadError
 from controlmsg.kafka import ControlReader, DataRecord, Item, create_topic
 from controlmsg.testing.processes import descendants, pid_alive
 from spark_jobs.common import topic_names
 from spark_jobs.events import parse_duration
 from spark_jobs.generate import GeneratorConfig, generate
+from spark_jobs.ingest_task import committed_source_state
 from spark_jobs.ingest_task import source_group as ingest_group
 
 TOPIC_PREFIX = "controlmsg-bench"
@@ -342,8 +344,9 @@ class Chain:
         return events, windows
 
     def _common(self, job: str) -> list[str]:
+        # --parent-pid: the jobs stop by themselves if this script dies.
         return ["--kafka-config", str(self.cluster.properties), "--run-id", self.run_id, "--master", self.args.master,
-                "--summary", str(self.work / f"{self.run_id}-{job}.json")]
+                "--summary", str(self.work / f"{self.run_id}-{job}.json"), "--parent-pid", str(os.getpid())]
 
     def start_window(self) -> App:
         a = self.args
@@ -371,17 +374,16 @@ class Chain:
         return orjson.loads(path.read_bytes()) if path.exists() else None
 
     def ingest_tasks_committed(self) -> bool:
-        """True once every ingest task has committed a transaction (its consumer group holds offsets)."""
-        for i in range(self.args.tasks):
-            partitions = [TopicPartition(self.source, p) for p in range(i, self.args.partitions, self.args.tasks)]
-            request = [ConsumerGroupTopicPartitions(ingest_group(self.events, self.run_id), partitions)]
-            try:
-                result = next(iter(self.admin.list_consumer_group_offsets(request).values())).result(10)
-            except KafkaException:
-                return False
-            if any(tp.offset < 0 for tp in result.topic_partitions):
-                return False
-        return True
+        """True once every ingest task has committed a transaction (the run's source group holds an offset
+        for every source partition). Asked as the ingest's driver asks (a consumer's ``committed``):
+        librdkafka 2.16's admin ``list_consumer_group_offsets`` crashed this process (SIGSEGV in
+        ``rd_kafka_cgrp_op``) on this group."""
+        try:
+            state = committed_source_state(self.config, self.source, ingest_group(self.events, self.run_id),
+                                           range(self.args.partitions), timeout=10)
+        except ReadError:
+            return False
+        return len(state) == int(self.args.partitions)
 
     def stop_apps(self) -> None:
         for app in self.apps:
