@@ -445,7 +445,7 @@ def phase_latency(chain: Chain) -> LatencyResult:
                 raise RuntimeError(f"stream_ingest's tasks did not commit within {a.startup_timeout:g} s:\n"
                                    f"{ingest_app.tail()}")
             time.sleep(0.2)
-        window_app.wait_for_line("window tasks over partitions", max(1.0, deadline - time.monotonic()))
+        window_app.wait_for_line("stream_window task ", max(1.0, deadline - time.monotonic()))
         ready_s = time.monotonic() - t_start
         print(f"  both applications running {ready_s:.1f} s after launch; generating for {a.live_seconds:g} s",
               flush=True)
@@ -599,9 +599,9 @@ def phase_throughput(chain: Chain) -> ThroughputResult:
     try:
         launched = time.monotonic()
         window_app = chain.start_window()
-        window_app.wait_for_line("window tasks over partitions", a.startup_timeout)
+        window_app.wait_for_line("stream_window task ", a.startup_timeout)
         ingest_app = chain.start_ingest(until_source_end=True)
-        ingest_driver = ingest_app.wait_for_line("tasks over source partitions", a.startup_timeout)
+        ingest_driver = ingest_app.wait_for_line("over source partitions", a.startup_timeout)
         deadline = time.monotonic() + a.startup_timeout + a.throughput_timeout
         cpu_at_first: float | None = None  # this process's CPU time when the first event record showed up
         while windows_obs.ended_at is None:
