@@ -24,8 +24,10 @@ from controlmsg.core.durations import parse_duration
 
 __all__ = [
     "EVENT_MS",
+    "is_fractional",
     "iso_utc",
-    "json_records",
+    "json_columns",
+    "numeric_value",
     "parse_duration",
     "read_table",
     "split_rejects",
@@ -160,21 +162,28 @@ def windowed_oracle(
     )
 
 
-def json_records(raw: DataFrame, known: dict[str, str], numeric: Sequence[str]) -> DataFrame:
-    """Parse the ``value`` JSON texts of a raw intermediate read into columns, in the JVM.
+def json_columns(raw: DataFrame, known: dict[str, str], numeric: Sequence[str]) -> DataFrame:
+    """Parse the ``value`` JSON texts of a raw intermediate read into columns, in the JVM, in one pass.
 
     ``known``: columns of a fixed type (name -> Spark SQL type). ``numeric``: columns whose type comes
-    from the data, as SQL SUM's input type would: ``double`` if any value has a fraction or an exponent,
-    else ``long`` (one pass over the cached texts, no Python round trip).
+    from the data (see :func:`is_fractional` and :func:`numeric_value`); they come out as their JSON text
+    (a number's digits as written), so that the type can be chosen after the pass that reads them.
     """
     fields = dict(known)
-    if numeric:
-        probes = [
-            F.max(F.get_json_object("value", f"$['{c}']").rlike("[.eE]").cast("int")).alias(f"c{i}")
-            for i, c in enumerate(numeric)
-        ]
-        flags = raw.select(*probes).first()
-        for i, c in enumerate(numeric):
-            fields[c] = "double" if flags is not None and flags[f"c{i}"] == 1 else "long"
+    fields.update({c: "string" for c in numeric})
     schema = ", ".join(f"`{name}` {typ}" for name, typ in fields.items())
     return raw.select(F.from_json("value", schema).alias("r")).select("r.*")
+
+
+def is_fractional(text: Column) -> Column:
+    """1 when a numeric column's JSON text has a fraction or an exponent, else 0 (null stays null).
+
+    The type rule of the jobs, as SQL SUM's input type would be: a numeric column is ``double`` if any of
+    its values has a fraction or an exponent, else ``long``; ``max`` of this flag over the data decides.
+    """
+    return text.rlike("[.eE]").cast("int")
+
+
+def numeric_value(text: Column, fractional: bool) -> Column:
+    """A numeric column's JSON text as ``double`` or ``long`` (what does not parse is null)."""
+    return text.try_cast("double" if fractional else "long")

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.checks import output_problems
 from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
-from spark_jobs.events import iso_utc, json_records, write_table
+from spark_jobs.events import is_fractional, iso_utc, json_columns, numeric_value, write_table
 
 __all__ = ["build_parser", "check_arguments", "main", "run"]
 
@@ -38,23 +38,33 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
 
 
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
-    """The job's work in an existing Spark session; returns its summary."""
+    """The job's work in an existing Spark session; returns its summary.
+
+    The input is read once into a cache of parsed rows (the sums still as their JSON text); one pass over
+    the cache counts them and chooses each sum's type; one task then sorts them and writes the file (the
+    file is one part file anyway, so a range-partitioned sort would only add a sampling pass and a shuffle).
+    """
     log = job_logger("sink")
     log.info("reading topic %s (run %s) until end of stream", args.input_topic, args.run_id)
     raw = (spark.read.format("controlmsg")
            .options(**controlmsg_options(args, config, args.input_topic,
                                          maxTasks=str(spark.sparkContext.defaultParallelism)))
-           .load().cache())
-    rows = raw.count()
-    ended_at = time.time()
+           .load())
     sums = [f"sum_{c}" for c in args.sum]
-    results = json_records(raw, {"key": "string", "window_start": "long", "window_end": "long", "count": "long"}, sums)
-    out = results.select(
+    known = {"key": "string", "window_start": "long", "window_end": "long", "count": "long"}
+    results = json_columns(raw, known, sums).cache()
+    totals = results.agg(F.count(F.lit(1)).alias("rows"),
+                         *[F.max(is_fractional(F.col(s))).alias(s) for s in sums]).first()
+    assert totals is not None
+    rows = int(totals["rows"])
+    ended_at = time.time()
+    out = results.coalesce(1).sortWithinPartitions("key", "window_start").select(
         "key", iso_utc(F.col("window_start")).alias("window_start"),
-        iso_utc(F.col("window_end")).alias("window_end"), "count", *sums,
-    ).orderBy("key", "window_start")
+        iso_utc(F.col("window_end")).alias("window_end"), "count",
+        *[numeric_value(F.col(s), totals[s] == 1).alias(s) for s in sums],
+    )
     write_table(out, args.output)
-    raw.unpersist()
+    results.unpersist()
     log.info("wrote %d rows to %s", rows, args.output)
     return {"rows_in": rows, "rows_out": rows, "output": args.output, "input_ended_at": ended_at}
 
