@@ -57,6 +57,7 @@ EXIT_STATUS: Final = ("exit status: 0 the output is complete; 1 a job failed or 
                       "signal SIGKILLs the jobs at once (still nothing partial: a restart aborts what was open)")
 _JOBS = ("ingest", "window_aggregate", "sink")
 _STREAMING_JOBS = ("stream_ingest", "stream_window", "stream_sink")
+_CHAIN_POSITION: Final = {"ingest": 0, "window_aggregate": 1, "sink": 2}
 _OWN_LINE = re.compile(
     rb"^\d\d:\d\d:\d\d (ingest|window_aggregate|sink|stream_ingest|stream_window|stream_sink|reader|writer)\b")
 
@@ -96,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=600.0, help="fail if the pipeline has not ended after SECONDS")
     p.add_argument("--start-order", default="sink,window,ingest",
                    help="the order the jobs (ingest, window, sink) are started in (comma-separated)")
+    p.add_argument("--nice-step", type=int, default=5, metavar="N",
+                   help="the bounded pipeline runs window_aggregate N and sink 2N nice levels below ingest, so that "
+                        "where the jobs share cores the job the others wait for gets them first and the waiting "
+                        "ones take what it leaves (default 5; 0: all alike; the streaming chain: all alike)")
     p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark setting for every job (repeatable)")
     p.add_argument("--run-dir", help="logs and summaries (default: .controlmsg/runs/<run id>)")
@@ -108,6 +113,13 @@ def _write_client_config(config: dict[str, str], run_dir: Path) -> Path:
     secrets, which must not show on a command line (``ps``). Removed when the pipeline ends."""
     return write_properties(config, run_dir / "kafka.properties",
                             "the Kafka client settings of this pipeline run (removed when it ends)")
+
+
+def _niced(increment: int) -> Any:
+    """A ``preexec_fn`` lowering the child's CPU priority (its JVM and Python workers inherit it)."""
+    def lower() -> None:
+        os.nice(increment)
+    return lower
 
 
 def _pump(stream: IO[bytes], log: IO[bytes], echo: bool) -> None:
@@ -207,6 +219,9 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
     problems += positive_problems([("--partitions", args.partitions), ("--tasks", args.tasks),
                                    ("--timeout", args.timeout), ("--max-rate", args.max_rate)])
     problems += topic_problems(args)
+    if not 0 <= args.nice_step <= 9:
+        problems.append(f"--nice-step must be between 0 and 9 (the sink runs 2N below ingest, at most 19), "
+                        f"not {args.nice_step}")
     if args.input is not None:
         wanted = [("--key", args.key), ("--event-time", args.event_time), *[("--sum", c) for c in args.sum]]
         problems += input_problems("--input", args.input, wanted)
@@ -273,8 +288,10 @@ def run_windowed_count(args: argparse.Namespace) -> int:
                 break
             logs[job] = (run_dir / f"{job}.log").open("ab")
             # Its own session: a Ctrl-C in the terminal reaches the pipeline only, which stops the jobs in order.
+            niceness = 0 if args.streaming else _CHAIN_POSITION[job] * args.nice_step
             proc = subprocess.Popen(_job_args(job, args, kafka_file, run_id, run_dir), stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                    preexec_fn=_niced(niceness) if niceness else None)
             procs[job] = proc
             assert proc.stdout is not None
             pump = threading.Thread(target=_pump, args=(proc.stdout, logs[job], True), daemon=True)
