@@ -24,7 +24,7 @@ write and read 1,000 rows once, untimed (Python workers, classes, the broker's t
    over the file; wall time of each, from the first process start to the result file; the three result
    files must be equal row for row (sums of doubles within 1e-9 relative: the order of addition differs).
 4. end of stream: from the pipeline's summary, how long after ingest's last end of stream the sink had
-   its complete input.
+   its complete input, and how long after the window job's (the last hop alone).
 
 Prints a table of the figures, each side's absolute value and the ratio controlmsg / connector, and a
 dated line. Uses the Kafka cluster of ``--bootstrap-servers`` / ``-X`` / ``--kafka-config`` /
@@ -267,11 +267,12 @@ class Bench:
         seconds = run_process(cmd, self.work / f"pipeline-{r}.log")
         summary = orjson.loads((run_dir / "pipeline.json").read_bytes())
         self.samples["eos", CM].append(float(summary["eos_to_sink_seconds"]))
+        self.samples["eos hop", CM].append(float(summary["eos_last_hop_seconds"]))
         walls = summary["wall_seconds"]
         self.details.append(f"round {r + 1} controlmsg pipeline: {seconds:.1f} s; the jobs, started at once, "
                             "ended after " + ", ".join(f"{job} {walls[job]:.1f} s" for job in walls)
                             + f"; end of stream at the sink {summary['eos_to_sink_seconds']:.1f} s after "
-                            "ingest's")
+                            f"ingest's, {summary['eos_last_hop_seconds']:.1f} s after the window job's")
         self.say(f"round {r + 1}: controlmsg pipeline {seconds:.1f} s")
         return seconds
 
@@ -327,8 +328,10 @@ class Bench:
                   f"{cm / kafka:.2f} ({verdict(kafka / cm)}) |")
             print(f"| 3-job pipeline vs one plain Spark batch query over the file, s | {cm:.1f} s | "
                   f"{plain:.1f} s (plain query) | {cm / plain:.2f} (pipeline / plain query) |")
-            print(f"| end of stream reaches the sink after the last upstream end of stream | "
-                  f"{med['eos', CM]:.1f} s | - | goal < 2 s |")
+            print(f"| end of stream reaches the sink after ingest's last end of stream (the window job's "
+                  f"aggregation of everything and its output in between) | {med['eos', CM]:.1f} s | - | goal < 2 s |")
+            print(f"| end of stream reaches the sink after the window job's last end of stream (the last hop) | "
+                  f"{med['eos hop', CM]:.1f} s | - | goal < 2 s |")
         print()
         rounds = f"{args.repeat} rounds, medians" if args.repeat > 1 else "1 round"
         print(f"{datetime.now(UTC):%Y-%m-%d}, this machine: {os.cpu_count()} cores, load average "

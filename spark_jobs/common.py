@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import sys
 import time
@@ -138,12 +139,14 @@ def job_logger(name: str) -> logging.Logger:
 
 
 def write_summary(path: str | None, **fields: Any) -> None:
-    """Write the job's summary (``fields`` plus ``finished_at``, epoch seconds) as JSON, atomically."""
+    """Write the job's summary (``fields`` plus ``finished_at``, epoch seconds, and ``niceness``, the
+    process's CPU priority) as JSON, atomically."""
     if not path:
         return
     target = Path(path)
     tmp = target.with_suffix(target.suffix + ".tmp")
-    tmp.write_bytes(orjson.dumps({**fields, "finished_at": time.time()}, option=orjson.OPT_INDENT_2))
+    tmp.write_bytes(orjson.dumps({**fields, "finished_at": time.time(), "niceness": os.nice(0)},
+                                 option=orjson.OPT_INDENT_2))
     tmp.replace(target)
 
 

@@ -127,11 +127,13 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     options = controlmsg_options(args, config, args.output_topic, job="window", key="key",
                                  eventTime="window_start", partitions=str(args.partitions))
     windows.repartition(args.tasks).write.format("controlmsg").mode("append").options(**options).save()
+    eos_written_at = time.time()  # save() returns once every task's end of stream is committed
     cached.unpersist()
     written = run_status(options)
     assert written is not None and written["ended"]
     log.info("wrote %d window results in %.1f s", written["rows"], time.monotonic() - started)
-    return {"rows_in": rows_in, "rows_out": written["rows"], "input_ended_seconds": ended_after}
+    return {"rows_in": rows_in, "rows_out": written["rows"], "input_ended_seconds": ended_after,
+            "eos_written_at": eos_written_at}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,6 +5,7 @@ the pyspark installation)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -44,6 +45,12 @@ def test_pipeline_of_three_spark_applications(spark: SparkSession, bootstrap_ser
     check_output(spark, output)
     assert "rows in: 2400  rejects: 11" in done.stdout
     assert "end of stream reached the sink" in done.stdout
+    assert "after the window job's last end of stream was written" in done.stdout
+    summary = json.loads((tmp_path / "run" / "pipeline.json").read_text())
+    assert summary["eos_last_hop_seconds"] >= 0
+    # Each job one --nice-step (default 5) below its upstream: the job the others wait for runs first.
+    assert [summary["jobs"][job]["niceness"] - os.nice(0) for job in ("ingest", "window_aggregate", "sink")] \
+        == [0, 5, 10]
     for job in ("ingest", "window_aggregate", "sink"):
         assert f" {job}: " in done.stderr  # each job's own log lines are echoed
         assert (tmp_path / "run" / f"{job}.log").stat().st_size > 0

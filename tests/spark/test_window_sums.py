@@ -28,7 +28,7 @@ def raw(spark: SparkSession, records: list[dict[str, Any]]) -> DataFrame:
 
 
 def windows_of(spark: SparkSession, records: list[dict[str, Any]], sums: list[str]) -> tuple[DataFrame, int]:
-    windows, rows, cached = aggregate_json_windows(raw(spark, records), HOUR, sums)
+    windows, rows, _cached = aggregate_json_windows(raw(spark, records), HOUR, sums)
     return windows, rows
 
 
