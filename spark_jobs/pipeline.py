@@ -3,7 +3,9 @@ Spark applications joined by two intermediate topics, that terminates by itself.
 
 The three jobs are started as separate processes (each its own Spark application, each in its own
 session and process group), by default downstream first (sink, window_aggregate, ingest) to show that a
-reader waits for its upstream. The pipeline exits 0 once the sink has written the complete result, 1
+reader waits for its upstream; each runs ``--nice-step`` CPU priority levels below its upstream (its
+process group and scheduling autogroup), so that the job the others wait for gets shared cores first. The
+pipeline exits 0 once the sink has written the complete result, 1
 with the failing job's log tail if any job fails (the others are then stopped). Each job's log goes to
 ``<run dir>/<job>.log`` (appended to: a restart keeps the stopped run's lines); the jobs' own progress
 lines are echoed to stderr.
