@@ -320,8 +320,16 @@ def _leader(config: dict[str, Any], topic: str, partition: int = 0, timeout: flo
 
 
 def _replicas(config: dict[str, Any], topic: str) -> set[int]:
-    metadata = AdminClient(config).list_topics(topic, timeout=30)
-    return {len(p.replicas) for p in metadata.topics[topic].partitions.values()}
+    """The replica counts of ``topic``'s partitions. A node learns of a new topic from the controller's
+    metadata log a moment after it was created (seen in CI: no partitions yet on the node asked), so this
+    asks until the topic shows partitions, for at most 30 s."""
+    admin = AdminClient(config)
+    deadline = time.monotonic() + 30
+    while True:
+        partitions = admin.list_topics(topic, timeout=30).topics[topic].partitions
+        if partitions or time.monotonic() > deadline:
+            return {len(p.replicas) for p in partitions.values()}
+        time.sleep(0.2)
 
 
 def _all_nodes_up(cluster: ClusterHandle) -> ClusterHandle:
