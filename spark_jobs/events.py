@@ -177,8 +177,7 @@ def json_records(raw: DataFrame, known: dict[str, str], numeric: Sequence[str]) 
         flags = raw.select(*probes).first()
         for i, c in enumerate(numeric):
             fields[c] = "double" if flags is not None and flags[f"c{i}"] == 1 else "long"
-    schema = ", ".join(f"`{name}` {typ}" for name, typ in fields.items())
-    return raw.select(F.from_json("value", schema).alias("r")).select("r.*")
+    return _from_json(raw, fields)
 
 
 def json_columns(raw: DataFrame, known: dict[str, str], numeric: Sequence[str]) -> DataFrame:
@@ -188,8 +187,11 @@ def json_columns(raw: DataFrame, known: dict[str, str], numeric: Sequence[str]) 
     from the data (see :func:`is_fractional` and :func:`numeric_value`); they come out as their JSON text
     (a number's digits as written), so that the type can be chosen after the pass that reads them.
     """
-    fields = dict(known)
-    fields.update({c: "string" for c in numeric})
+    return _from_json(raw, {**known, **{c: "string" for c in numeric}})
+
+
+def _from_json(raw: DataFrame, fields: dict[str, str]) -> DataFrame:
+    """The ``value`` column parsed into ``fields`` (name -> Spark SQL type), one column each."""
     schema = ", ".join(f"`{name}` {typ}" for name, typ in fields.items())
     return raw.select(F.from_json("value", schema).alias("r")).select("r.*")
 

@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any, Final
@@ -117,7 +117,7 @@ def _write_client_config(config: dict[str, str], run_dir: Path) -> Path:
                             "the Kafka client settings of this pipeline run (removed when it ends)")
 
 
-def _niced(increment: int) -> Any:
+def _niced(increment: int) -> Callable[[], None]:
     """A ``preexec_fn`` lowering the child's CPU priority (its JVM and Python workers inherit it).
 
     The child leads a new session, which Linux's scheduler autogroups (``sched_autogroup_enabled``): a
