@@ -1,6 +1,6 @@
 """controlmsg against Spark's own Kafka connector: write, read and the whole pipeline, side by side (issue 12).
 
-    python benchmarks/bench_vs_kafka_connector.py [--events 1000000] [--repeat 1] [--keys 5000] [--window 1h]
+    python benchmarks/bench_vs_kafka_connector.py [--events 1000000[,N...]] [--repeat 1] [--keys 5000] [--window 1h]
         [--partitions 4] [--tasks 2] [--master local[*]] [--bootstrap-servers HOST:PORT | -X K=V | --kafka-config F]
 
 The same input (``--events`` synthetic events: ``--keys`` skewed users over 30 days, written once as
@@ -24,7 +24,9 @@ write and read 1,000 rows once, untimed (Python workers, classes, the broker's t
    over the file; wall time of each, from the first process start to the result file; the three result
    files must be equal row for row (sums of doubles within 1e-9 relative: the order of addition differs).
 4. end of stream: from the pipeline's summary, how long after ingest's last end of stream the sink had
-   its complete input, and how long after the window job's (the last hop alone).
+   its complete input, and how long after the window job's (the last hop alone); and the last hop's
+   floor, the sink's read of the window results alone in a warm application (the window job's output
+   becomes readable all at once, with its end of stream, when its transactions commit).
 
 Prints a table of the figures, each side's absolute value and the ratio controlmsg / connector, and a
 dated line. Uses the Kafka cluster of ``--bootstrap-servers`` / ``-X`` / ``--kafka-config`` /
@@ -77,7 +79,9 @@ class BenchError(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--events", type=int, default=1_000_000, help="synthetic events (default 1,000,000)")
+    parser.add_argument("--events", type=event_counts, default=[1_000_000], metavar="N[,N...]",
+                        help="synthetic events (default 1,000,000); several counts, comma-separated, run the whole "
+                             "benchmark at each and end with a table of seconds per million events")
     parser.add_argument("--repeat", type=int, default=1, help="rounds, the sides alternating (default 1)")
     parser.add_argument("--keys", type=int, default=5000, help="distinct users, skewed (default 5000)")
     parser.add_argument("--window", default="1h", help="tumbling window of the pipeline (default 1h)")
@@ -90,10 +94,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def event_counts(text: str) -> list[int]:
+    """``--events``: one count or several, comma-separated (``100000,1000000,10000000``)."""
+    try:
+        counts = [int(part.replace("_", "")) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count or a comma-separated list of counts: {text!r}") from None
+    if any(n < 1 for n in counts):
+        raise argparse.ArgumentTypeError(f"every count must be at least 1: {text!r}")
+    return counts
+
+
+def connector_app(master: str) -> SparkSession:
+    """The benchmark's own application, with Spark's connector. Its producers are closed a second after
+    their last use, not ten minutes: this application stays idle while the pipelines run, and the broker
+    may stop before it ends."""
+    return connector_session(master, "bench-vs-kafka-connector", conf={
+        "spark.kafka.producer.cache.timeout": "1s", "spark.kafka.producer.cache.evictorThreadRunInterval": "1s"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.events < 1 or args.repeat < 1:
-        print("--events and --repeat must be at least 1", file=sys.stderr)
+    if args.repeat < 1:
+        print("--repeat must be at least 1", file=sys.stderr)
         return 2
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import pyspark
@@ -101,10 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     package = connector_package()
     print(f"pyspark {pyspark.__version__}; Spark's Kafka connector: {package} (spark.jars.packages)", flush=True)
     try:
-        # The connector's producers are closed a second after their last use, not ten minutes: this
-        # application stays idle while the pipelines run, and the broker may stop before it ends.
-        spark = connector_session(args.master, "bench-vs-kafka-connector", conf={
-            "spark.kafka.producer.cache.timeout": "1s", "spark.kafka.producer.cache.evictorThreadRunInterval": "1s"})
+        spark = connector_app(args.master)
         jars = resolved_jars(spark)
     except Exception as exc:
         print(f"\nbench_vs_kafka_connector: this needs Spark's Kafka connector at the installed Spark version "
@@ -115,28 +135,73 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="controlmsg-bench-vs-"))
-    started_load = load_average()
+    benches: list[Bench] = []
     try:
         with kafka_cluster(args) as cluster:
             if set(cluster.config) != {"bootstrap.servers"}:
                 print("note: the connector side gets bootstrap.servers only, not the other client settings",
                       flush=True)
-            bench = Bench(args, spark, work, cluster, jars)
-            try:
-                bench.run()
-            finally:
-                delete_topics(cluster.config, bench.topics)
+            for i, events in enumerate(args.events):
+                if i:
+                    spark = connector_app(args.master)  # the last size's application has stopped
+                started_load = load_average()
+                sized = argparse.Namespace(**{**vars(args), "events": events})
+                (work / f"events-{events}").mkdir()
+                bench = Bench(sized, spark, work / f"events-{events}", cluster, jars)
+                try:
+                    bench.run()
+                finally:
+                    spark.stop()
+                    delete_topics(cluster.config, bench.topics)
+                bench.report(started_load)
+                benches.append(bench)
     except BenchError as exc:
         print(f"\nbench_vs_kafka_connector: {exc} (work directory kept: {work})", file=sys.stderr)
         return 1
     finally:
         spark.stop()
-    bench.report(started_load)
+    if len(benches) > 1:
+        report_scale(benches)
     if args.keep:
         print(f"work directory: {work}")
     else:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def report_scale(benches: Sequence[Bench]) -> None:
+    """Item 4 of issue 12: each size's figures as seconds per million events, and per million events
+    added since the size before (the slope: the fixed costs, application start-ups above all, cancel)."""
+    figures = [("write", CM, "write controlmsg"), ("write", KAFKA, "write connector"),
+               ("read", CM, "read controlmsg"), ("read", KAFKA, "read connector"),
+               ("pipeline", CM, "3-job pipeline"), ("pipeline", KAFKA, "connector stages"),
+               ("pipeline", PLAIN, "plain query")]
+    figures = [f for f in figures if (f[0], f[1]) in benches[0].samples]
+
+    def seconds(bench: Bench, figure: str, side: str) -> float:
+        value = statistics.median(bench.samples[figure, side])
+        return bench.args.events / value if figure in ("write", "read") else value  # rates -> seconds
+
+    print()
+    print("Cost as the work grows: seconds per million events (and, after the first size, per million events "
+          "added since the size before)")
+    print()
+    print("| events | " + " | ".join(name for _, _, name in figures) + " |")
+    print("|---|" + "---|" * len(figures))
+    previous: Bench | None = None
+    for bench in benches:
+        millions = bench.args.events / 1e6
+        cells = []
+        for figure, side, _ in figures:
+            cell = f"{seconds(bench, figure, side) / millions:.1f}"
+            if previous is not None:
+                added = millions - previous.args.events / 1e6
+                if added > 0:
+                    slope = (seconds(bench, figure, side) - seconds(previous, figure, side)) / added
+                    cell += f" ({slope:.1f})"
+            cells.append(cell)
+        print(f"| {bench.args.events:,} | " + " | ".join(cells) + " |")
+        previous = bench
 
 
 class Bench:
@@ -186,6 +251,7 @@ class Bench:
         if not args.skip_pipeline:
             for r in range(args.repeat):
                 self.pipelines(r)
+            self.last_hop_floor()
 
     def warm_up(self, source: DataFrame) -> None:
         """Both sides write and read 1,000 rows once, untimed: Spark's Python workers, the connector's
@@ -276,6 +342,36 @@ class Bench:
         self.say(f"round {r + 1}: controlmsg pipeline {seconds:.1f} s")
         return seconds
 
+    def last_hop_floor(self) -> None:
+        """What the last hop cannot go below: the sink's own read of each round's window results, alone and
+        warm. The window job writes each task's output in one transaction, so the sink (``read_committed``)
+        sees none of it before the commit that also makes the end of stream visible; from there it must
+        read and parse all of it (:func:`spark_jobs.sink.read_results`). One application, every topic read
+        once untimed first (Python workers, imports), then timed."""
+        from pyspark.sql import SparkSession
+
+        from spark_jobs.sink import read_results
+
+        spark = SparkSession.builder.master(self.args.master).appName("bench-last-hop-floor").getOrCreate()
+        try:
+            sums = [f"sum_{c}" for c in SUMS]
+            for timed in (False, True):
+                for r in range(self.args.repeat):
+                    options = self.controlmsg_options(topic_names(f"{self.prefix}-p{r}")[1], f"{self.prefix}-p{r}")
+                    started = time.monotonic()
+                    results, totals = read_results(spark, options, sums)
+                    seconds = time.monotonic() - started
+                    results.unpersist()
+                    if totals["rows"] != self.output_rows:
+                        raise BenchError(f"the sink's read of round {r + 1} gave {totals['rows']} rows, "
+                                         f"the pipeline wrote {self.output_rows}")
+                    if timed:
+                        self.samples["eos floor", CM].append(seconds)
+                        self.say(f"round {r + 1}: the sink's read of {totals['rows']:,} window results alone, "
+                                 f"warm: {seconds:.1f} s")
+        finally:
+            spark.stop()
+
     def connector_stages(self, r: int, output: Path) -> float:
         args = self.args
         servers = ["--bootstrap-servers", self.cluster.servers, "--master", args.master, "--jars", self.jars]
@@ -332,11 +428,14 @@ class Bench:
                   f"aggregation of everything and its output in between) | {med['eos', CM]:.1f} s | - | goal < 2 s |")
             print(f"| end of stream reaches the sink after the window job's last end of stream (the last hop) | "
                   f"{med['eos hop', CM]:.1f} s | - | goal < 2 s |")
+            print(f"| the last hop's floor: the sink's read and parse of the window results alone, warm (nothing "
+                  f"of them is readable before the end of stream's commit) | {med['eos floor', CM]:.1f} s | - | - |")
         print()
         rounds = f"{args.repeat} rounds, medians" if args.repeat > 1 else "1 round"
         print(f"{datetime.now(UTC):%Y-%m-%d}, this machine: {os.cpu_count()} cores, load average "
-              f"{started_load} at the start and {load_average()} at the end (other work was running: every "
-              f"figure is skewed by it); pyspark {pyspark.__version__}, {connector_package()}; "
+              f"{started_load} at the start and {load_average()} at the end (the benchmark's own applications "
+              f"make most of it; other work would skew every figure); pyspark {pyspark.__version__}, "
+              f"{connector_package()}; "
               f"{args.events:,} events, {args.keys:,} skewed users, 30 days, {args.partitions} partitions, "
               f"{args.tasks} write tasks, master {args.master}, {rounds}.")
         if self.output_rows:
