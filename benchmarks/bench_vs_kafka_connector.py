@@ -14,7 +14,9 @@ write and read 1,000 rows once, untimed (Python workers, classes, the broker's t
 
 1. write rows/s: the same cached rows (``repartition(tasks)``) to a fresh topic, ``df.write.format("controlmsg")``
    keyed by ``user`` with ``eventTime`` vs ``df.write.format("kafka")`` with ``key = user`` and
-   ``value = to_json(struct(*))``; only ``save()`` is timed.
+   ``value = to_json(struct(*))``; only ``save()`` is timed. Then the floor of any write from Python
+   workers: the same rows sent by a bare confluent-kafka ``Producer`` in each task (:func:`bare_write`);
+   and between the two, controlmsg with ``dataHeaders`` false (no run header on each record).
 2. read rows/s with the JSON parsed: each side reads back the topic it wrote, ``format("controlmsg")``
    with ``.schema(...)`` vs ``format("kafka")`` + ``from_json``, to an aggregate over every parsed field
    (count, sums, min and max), which must equal the source's.
@@ -58,10 +60,14 @@ import orjson
 from common import Cluster, add_cluster_options, delete_topics, kafka_cluster, load_average, synthetic_events
 from connector_jobs import connector_package, connector_session, read_topic, resolved_jars, write_topic
 
-from controlmsg.kafka.admin import create_topic
+from controlmsg.kafka.admin import create_topic, end_offsets
+from controlmsg.spark import run_status
 from spark_jobs.common import topic_names
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 CONNECTOR_JOBS = Path(__file__).with_name("connector_jobs.py")
@@ -70,7 +76,8 @@ SUMS = ("amount", "items")
 INGESTED_SCHEMA = "key string, event_ms long, amount double, items long"  # what the ingest stage writes
 WINDOWS_SCHEMA = "key string, window_start long, window_end long, count long, sum_amount double, sum_items long"
 
-CM, KAFKA, PLAIN = "controlmsg", "connector", "plain batch"
+CM, KAFKA, PLAIN, BARE = "controlmsg", "connector", "plain batch", "bare producer"
+NO_HEADERS = "controlmsg, dataHeaders false"
 
 
 class BenchError(Exception):
@@ -173,6 +180,7 @@ def report_scale(benches: Sequence[Bench]) -> None:
     """Item 4 of issue 12: each size's figures as seconds per million events, and per million events
     added since the size before (the slope: the fixed costs, application start-ups above all, cancel)."""
     figures = [("write", CM, "write controlmsg"), ("write", KAFKA, "write connector"),
+               ("write", NO_HEADERS, "write controlmsg, no headers"), ("write", BARE, "write bare producer"),
                ("read", CM, "read controlmsg"), ("read", KAFKA, "read connector"),
                ("pipeline", CM, "3-job pipeline"), ("pipeline", KAFKA, "connector stages"),
                ("pipeline", PLAIN, "plain query")]
@@ -296,6 +304,28 @@ class Bench:
             seconds = time.monotonic() - started
             self.samples["write", side].append(args.events / seconds)
             self.say(f"round {r + 1}: write {side}: {args.events / seconds:,.0f} rows/s ({seconds:.1f} s)")
+        # controlmsg without the run on every record (dataHeaders false: what a topic of one run allows)
+        plain_topic = self.new_topic(f"cm-no-headers-{r}")
+        plain = {**self.controlmsg_options(plain_topic, f"{self.prefix}-nh{r}"), "dataHeaders": "false"}
+        started = time.monotonic()
+        self.write(CM, source, plain, topics[KAFKA])
+        seconds = time.monotonic() - started
+        status = run_status(plain)
+        if status is None or status.get("rows") != args.events:
+            raise BenchError(f"write without headers: the run's status is {status}, not {args.events} rows")
+        self.samples["write", NO_HEADERS].append(args.events / seconds)
+        self.say(f"round {r + 1}: write controlmsg, dataHeaders false: {args.events / seconds:,.0f} rows/s "
+                 f"({seconds:.1f} s)")
+        floor_topic = self.new_topic(f"bare-{r}")
+        started = time.monotonic()
+        sent = bare_write(source, self.cluster.servers, floor_topic, "user")
+        seconds = time.monotonic() - started
+        stored = sum(end_offsets(dict(self.cluster.config), floor_topic).values())
+        if sent != args.events or stored != args.events:
+            raise BenchError(f"bare write: {sent} rows sent, {stored} records in {floor_topic}, not {args.events}")
+        self.samples["write", BARE].append(args.events / seconds)
+        self.say(f"round {r + 1}: write, a bare Producer per Python task (the floor): "
+                 f"{args.events / seconds:,.0f} rows/s ({seconds:.1f} s)")
         for side in sides:
             started = time.monotonic()
             got = aggregate(self.read(side, options, topics[KAFKA]))
@@ -418,6 +448,14 @@ class Bench:
                              ("read", "read to an aggregate of every JSON field, rows/s")):
             cm, kafka = med[figure, CM], med[figure, KAFKA]
             print(f"| {what} | {rate(cm)} | {rate(kafka)} | {cm / kafka:.2f} ({verdict(cm / kafka)}) |")
+            if figure == "write":
+                plain = med["write", NO_HEADERS]
+                print(f"| write without the run on every record (dataHeaders false, for a topic of one run), rows/s | "
+                      f"{rate(plain)} | {rate(kafka)} | {plain / kafka:.2f} ({verdict(plain / kafka)}) |")
+                bare = med["write", BARE]
+                print(f"| the write's floor: a bare confluent-kafka Producer in each Python task (mapInArrow, orjson "
+                      f"per row; no envelope, headers or transaction), rows/s | {rate(bare)} | {rate(kafka)} | "
+                      f"{bare / kafka:.2f} (controlmsg / floor: {cm / bare:.2f}) |")
         if ("pipeline", CM) in med:
             cm, kafka, plain = med["pipeline", CM], med["pipeline", KAFKA], med["pipeline", PLAIN]
             print(f"| 3-job pipeline vs the same 3 stages run one after another, s | {cm:.1f} s | {kafka:.1f} s | "
@@ -446,6 +484,39 @@ class Bench:
                 print(f"  {figure} {side}: {shown}")
         for line in self.details:
             print(f"  {line}")
+
+
+def bare_write(df: DataFrame, servers: str, topic: str, key: str) -> int:
+    """The floor of a write from Spark's Python workers: each task sends its rows with a bare
+    confluent-kafka ``Producer`` (``orjson.dumps`` of each row's dict, the key column as the key,
+    librdkafka's defaults; no envelope, no headers, no transaction, no event times, no watermarks or end
+    of stream), through ``mapInArrow``, the same Arrow batches a data source's write task gets. Returns
+    the rows sent, all delivered."""
+    from pyspark.sql import functions as F
+
+    def produce(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import orjson
+        import pyarrow as pa
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": servers})
+        send, dumps, sent = producer.produce, orjson.dumps, 0
+        for batch in batches:
+            for row, k in zip(batch.to_pylist(), batch.column(key).to_pylist(), strict=True):
+                try:
+                    send(topic, dumps(row), k)
+                except BufferError:  # the local queue is full: let librdkafka drain it
+                    producer.poll(0.05)
+                    send(topic, dumps(row), k)
+            producer.poll(0)
+            sent += batch.num_rows
+        if producer.flush(120):
+            raise RuntimeError(f"bare producer: records to {topic} not delivered in 120 s")
+        yield pa.RecordBatch.from_pydict({"rows": [sent]})
+
+    row = df.mapInArrow(produce, "rows long").agg(F.sum("rows")).first()
+    assert row is not None
+    return int(row[0])
 
 
 def aggregate(df: DataFrame) -> tuple[Any, ...]:

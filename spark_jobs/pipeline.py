@@ -63,8 +63,9 @@ _STREAMING_JOBS = ("stream_ingest", "stream_window", "stream_sink")
 # How many --nice-step levels below ingest each bounded job runs. The sink shares the window job's level
 # rather than running a step below it: until the window job's transactions commit, the sink's readers
 # block in poll and take no CPU from it, and from the commit on the sink must read the window job's whole
-# output as fast as it can (two steps down it did so while the window job's JVM was still ending; the
-# last hop was 9.0-9.6 s against 5.0-7.7 s, three runs each, and the pipeline no faster).
+# output as fast as it can. Two steps down, its weight was a third of the window job's while both ran
+# (nice 10 against 5), and the last hop took 9.0-9.6 s against 5.0-7.7 s (three runs each; the whole
+# pipeline no faster).
 _NICE_STEPS: Final = {"ingest": 0, "window_aggregate": 1, "sink": 1}
 _OWN_LINE = re.compile(
     rb"^\d\d:\d\d:\d\d (ingest|window_aggregate|sink|stream_ingest|stream_window|stream_sink|reader|writer)\b")
