@@ -389,15 +389,15 @@ class Bench:
                 for r in range(self.args.repeat):
                     options = self.controlmsg_options(topic_names(f"{self.prefix}-p{r}")[1], f"{self.prefix}-p{r}")
                     started = time.monotonic()
-                    results, totals = read_results(spark, options, sums)
+                    parsed, _, rows = read_results(spark, options, sums)
                     seconds = time.monotonic() - started
-                    results.unpersist()
-                    if totals["rows"] != self.output_rows:
-                        raise BenchError(f"the sink's read of round {r + 1} gave {totals['rows']} rows, "
+                    parsed.unpersist()
+                    if rows != self.output_rows:
+                        raise BenchError(f"the sink's read of round {r + 1} gave {rows} rows, "
                                          f"the pipeline wrote {self.output_rows}")
                     if timed:
                         self.samples["eos floor", CM].append(seconds)
-                        self.say(f"round {r + 1}: the sink's read of {totals['rows']:,} window results alone, "
+                        self.say(f"round {r + 1}: the sink's read of {rows:,} window results alone, "
                                  f"warm: {seconds:.1f} s")
         finally:
             spark.stop()

@@ -27,11 +27,11 @@ __all__ = [
     "is_fractional",
     "iso_utc",
     "json_columns",
-    "json_records",
     "numeric_value",
     "parse_duration",
     "read_table",
     "split_rejects",
+    "typed_columns",
     "windowed_oracle",
     "write_table",
 ]
@@ -163,23 +163,6 @@ def windowed_oracle(
     )
 
 
-def json_records(raw: DataFrame, known: dict[str, str], numeric: Sequence[str]) -> DataFrame:
-    """Parse the ``value`` JSON texts of a raw intermediate read into columns, in the JVM.
-
-    ``known``: columns of a fixed type (name -> Spark SQL type). ``numeric``: columns whose type comes
-    from the data (:func:`is_fractional`): ``double`` if any value has a fraction or an exponent, else
-    ``long`` (one pass over the texts, best cached, to choose; no Python round trip).
-    """
-    fields = dict(known)
-    if numeric:
-        probes = [F.max(is_fractional(F.get_json_object("value", f"$['{c}']"))).alias(f"c{i}")
-                  for i, c in enumerate(numeric)]
-        flags = raw.select(*probes).first()
-        for i, c in enumerate(numeric):
-            fields[c] = "double" if flags is not None and flags[f"c{i}"] == 1 else "long"
-    return _from_json(raw, fields)
-
-
 def json_columns(raw: DataFrame, known: dict[str, str], numeric: Sequence[str]) -> DataFrame:
     """Parse the ``value`` JSON texts of a raw intermediate read into columns, in the JVM, in one pass.
 
@@ -188,6 +171,23 @@ def json_columns(raw: DataFrame, known: dict[str, str], numeric: Sequence[str]) 
     (a number's digits as written), so that the type can be chosen after the pass that reads them.
     """
     return _from_json(raw, {**known, **{c: "string" for c in numeric}})
+
+
+def typed_columns(parsed: DataFrame, numeric: Sequence[str]) -> tuple[DataFrame, int]:
+    """The rows of ``parsed`` (from :func:`json_columns`; best cached, it is read twice) with each
+    ``numeric`` column typed, and how many rows there are. One pass over ``parsed`` counts the rows and
+    chooses each column's type by the rule of :func:`is_fractional`; the DataFrame returned casts the
+    texts (:func:`numeric_value`), the other columns unchanged, in their order."""
+    totals = parsed.agg(F.count(F.lit(1)).alias("rows"),
+                        *[F.max(is_fractional(_column(c))).alias(f"c{i}") for i, c in enumerate(numeric)]).first()
+    assert totals is not None
+    typed = {c: numeric_value(_column(c), totals[f"c{i}"] == 1).alias(c) for i, c in enumerate(numeric)}
+    return parsed.select(*[typed.get(c, _column(c)) for c in parsed.columns]), int(totals["rows"])
+
+
+def _column(name: str) -> Column:
+    """A top-level column by its name, whatever characters it has (a dot would otherwise mean a field)."""
+    return F.col("`" + name.replace("`", "``") + "`")
 
 
 def _from_json(raw: DataFrame, fields: dict[str, str]) -> DataFrame:

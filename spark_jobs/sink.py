@@ -13,12 +13,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.checks import output_problems
 from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
-from spark_jobs.events import is_fractional, iso_utc, json_columns, numeric_value, write_table
+from spark_jobs.events import iso_utc, json_columns, typed_columns, write_table
 
 __all__ = ["build_parser", "check_arguments", "main", "read_results", "run"]
 
@@ -37,42 +37,37 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
     return output_problems("--output", args.output)
 
 
-def read_results(spark: SparkSession, options: dict[str, str], sums: Sequence[str]) -> tuple[DataFrame, Row]:
+def read_results(spark: SparkSession, options: dict[str, str], sums: Sequence[str]) -> tuple[DataFrame, DataFrame, int]:
     """The followed run of the window results topic (``format("controlmsg")`` ``options``), read to end
-    of stream into a cache of parsed rows, the ``sums`` (``sum_<col>``) still as their JSON text; and
-    one pass over the cache: ``rows`` and, per sum, 1 when any value has a fraction or an exponent
-    (0 or null otherwise). The caller unpersists the cache."""
+    of stream into a cache of parsed rows (the ``sums``, ``sum_<col>``, as their JSON texts), then one
+    pass over the cache that counts them and chooses each sum's type (:func:`typed_columns`). Returns
+    the cache (the caller unpersists it), its rows with the sums typed, and how many there are."""
     raw = (spark.read.format("controlmsg")
            .options(**{"maxTasks": str(spark.sparkContext.defaultParallelism), **options}).load())
     known = {"key": "string", "window_start": "long", "window_end": "long", "count": "long"}
-    results = json_columns(raw, known, sums).cache()
-    totals = results.agg(F.count(F.lit(1)).alias("rows"),
-                         *[F.max(is_fractional(F.col(s))).alias(s) for s in sums]).first()
-    assert totals is not None
-    return results, totals
+    parsed = json_columns(raw, known, sums).cache()
+    results, rows = typed_columns(parsed, sums)
+    return parsed, results, rows
 
 
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary.
 
-    The input is read once into a cache of parsed rows (the sums still as their JSON text); one pass over
-    the cache counts them and chooses each sum's type (:func:`read_results`); one task then sorts them and
-    writes the file (the file is one part file anyway, so a range-partitioned sort would only add a
-    sampling pass and a shuffle).
+    The input is read once into a cache of parsed rows, counted and typed in one pass over the cache
+    (:func:`read_results`); one task then sorts them and writes the file (the file is one part file
+    anyway, so a range-partitioned sort would only add a sampling pass and a shuffle).
     """
     log = job_logger("sink")
     log.info("reading topic %s (run %s) until end of stream", args.input_topic, args.run_id)
     sums = [f"sum_{c}" for c in args.sum]
-    results, totals = read_results(spark, controlmsg_options(args, config, args.input_topic), sums)
-    rows = int(totals["rows"])
+    parsed, results, rows = read_results(spark, controlmsg_options(args, config, args.input_topic), sums)
     ended_at = time.time()
     out = results.coalesce(1).sortWithinPartitions("key", "window_start").select(
         "key", iso_utc(F.col("window_start")).alias("window_start"),
-        iso_utc(F.col("window_end")).alias("window_end"), "count",
-        *[numeric_value(F.col(s), totals[s] == 1).alias(s) for s in sums],
+        iso_utc(F.col("window_end")).alias("window_end"), "count", *results.columns[4:],
     )
     write_table(out, args.output)
-    results.unpersist()
+    parsed.unpersist()
     log.info("wrote %d rows to %s", rows, args.output)
     return {"rows_in": rows, "rows_out": rows, "output": args.output, "input_ended_at": ended_at}
 

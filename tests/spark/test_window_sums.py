@@ -1,6 +1,6 @@
 """The batch jobs' numeric columns: each sum's type comes from the data (``long`` unless a value has a
-fraction or an exponent), in the window job (``json_records`` + ``aggregate_windows``) and in the sink,
-whose one file is in (key, window start) order.
+fraction or an exponent), in the window job (``json_columns``, ``typed_columns``, ``aggregate_windows``)
+and in the sink, whose one file is in (key, window start) order.
 
 Real SparkSession; the window job's parsing is given raw values as the data source reads them (a ``value``
 column of JSON texts), so those need no broker; the sink test reads a real topic.
@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from spark_jobs import sink
-from spark_jobs.events import json_records
+from spark_jobs.events import json_columns, typed_columns
 from spark_jobs.window_aggregate import aggregate_windows
 
 HOUR = 3_600_000
@@ -25,7 +25,9 @@ HOUR = 3_600_000
 
 def windows_of(spark: SparkSession, records: list[dict[str, Any]], sums: list[str]) -> DataFrame:
     raw = spark.createDataFrame([(orjson.dumps(r).decode(),) for r in records], "value string")
-    return aggregate_windows(json_records(raw, {"key": "string", "event_ms": "long"}, sums), HOUR, sums)
+    typed, rows = typed_columns(json_columns(raw, {"key": "string", "event_ms": "long"}, sums), sums)
+    assert rows == len(records)
+    return aggregate_windows(typed, HOUR, sums)
 
 
 def test_integer_sums_stay_long_and_one_fraction_or_exponent_makes_a_double(spark: SparkSession) -> None:
