@@ -244,13 +244,15 @@ def watermark_offsets(consumer: Consumer, topic: str, partition: int, timeout: f
 
 def end_offsets(config: Mapping[str, Any], topic: str, timeout: float = 10.0) -> dict[int, int]:
     """The current end offset (high watermark) of every partition of ``topic``. Raises
-    :class:`TopicError` when the topic does not exist, or when a partition's end cannot be had within
-    ``timeout`` s (naming the partition; see :func:`watermark_offsets`)."""
+    :class:`TopicError` when the topic does not exist after ``timeout`` s, or when a partition's end
+    cannot be had within ``timeout`` s (naming the partition; see :func:`watermark_offsets`).
+
+    A topic that does not exist yet is asked for again until ``timeout``: on a cluster of several
+    nodes, the node asked right after :func:`create_topic` returned may not know the topic yet (CI saw
+    "does not exist" for a stop-channel topic just created on the three-node cluster)."""
     from confluent_kafka import Consumer
 
-    count = partition_count(config, topic, timeout)
-    if count is None:
-        raise TopicError(f"topic {topic!r} does not exist")
+    count = _wait_for_topic(_AdminSession(config), topic, timeout)
     consumer = Consumer({**for_client(config, "consumer"), "group.id": "controlmsg-end-offsets",
                          "enable.auto.commit": False})
     try:

@@ -16,8 +16,9 @@ import pytest
 
 from controlmsg.core.bookkeeping import PartitionEnded, StreamEnded, WatermarkAdvanced
 from controlmsg.core.codec import decode_json_payload
-from controlmsg.errors import DeliveryError
+from controlmsg.errors import DeliveryError, TopicError
 from controlmsg.kafka import ControlReader, ControlWriter, DataRecord, FileCheckpointStore
+from controlmsg.kafka.admin import end_offsets
 from controlmsg.kafka.inspect import inspect_topic
 
 
@@ -281,3 +282,16 @@ def test_inspect_shows_a_rescaled_run_per_generation(kafka_config: dict[str, Any
                           "--topic", topic, "--run-id", "r", "--json"], capture_output=True, check=True, timeout=60)
     parts = orjson.loads(out.stdout)["runs"]["r"]
     assert [(p["generation"], p["taskCount"]) for p in parts] == [(1, 3), (0, 2)]
+
+
+def test_end_offsets_of_a_new_topic_and_of_a_missing_one(kafka_config: dict[str, Any],
+                                                         new_topic: Callable[..., str]) -> None:
+    """A topic just made has its ends at once; a topic that never appears is named in the error once the
+    wait for it (asked again until ``timeout``, for nodes that learn of a new topic late) is over."""
+    topic = new_topic(3)
+    assert end_offsets(kafka_config, topic) == {0: 0, 1: 0, 2: 0}
+    missing = f"{topic}-never"
+    started = time.monotonic()
+    with pytest.raises(TopicError, match=f"topic '{missing}' does not exist"):
+        end_offsets(kafka_config, missing, timeout=1.0)
+    assert time.monotonic() - started >= 1.0  # it waited for the topic, not just asked once
