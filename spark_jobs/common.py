@@ -40,6 +40,7 @@ __all__ = [
     "EXIT_USAGE",
     "Check",
     "add_common_options",
+    "add_data_headers_option",
     "common_problems",
     "controlmsg_options",
     "failure_lines",
@@ -71,6 +72,15 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
                         help="stop (as on SIGTERM) once process PID is no longer this one's parent (the pipeline "
                              "passes its own)")
     parser.epilog = EXIT_CODES
+
+
+def add_data_headers_option(parser: argparse.ArgumentParser) -> None:
+    """``--data-headers``, the data source's ``dataHeaders``, for the jobs that write an intermediate topic."""
+    parser.add_argument("--data-headers", choices=("true", "false"), default="true",
+                        help="put the run in every record's headers, so that readers of a topic that holds "
+                             "several runs take only theirs (default true; the pipeline writes topics it names "
+                             "after its run and turns it off: a run header costs the write about a third of "
+                             "its rate)")
 
 
 def common_problems(args: argparse.Namespace) -> list[str]:

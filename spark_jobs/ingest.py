@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from controlmsg.spark import run_status
 from spark_jobs.checks import input_problems, output_problems, positive_problems
-from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
+from spark_jobs.common import add_common_options, add_data_headers_option, controlmsg_options, job_logger, run_job
 from spark_jobs.events import EVENT_MS, read_table, split_rejects, write_table
 
 __all__ = ["build_parser", "check_arguments", "main", "run"]
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, default=4, help="topic partitions (created if missing)")
     p.add_argument("--tasks", type=int, default=2, help="upstream write tasks")
     p.add_argument("--rejects", help="where rejected rows go (default: rejects-<run>.jsonl)")
+    add_data_headers_option(p)
     add_common_options(p)
     return p
 
@@ -77,7 +78,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
              args.input, args.topic, args.tasks, args.partitions, args.run_id)
     started = time.monotonic()
     options = controlmsg_options(args, config, args.topic, job="ingest", key="key", eventTime="event_ms",
-                                 partitions=str(args.partitions))
+                                 partitions=str(args.partitions), dataHeaders=args.data_headers)
     records.write.format("controlmsg").mode("append").options(**options).save()
     seconds = time.monotonic() - started
     written = run_status(options)

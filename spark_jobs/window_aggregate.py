@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 
 from controlmsg.spark import run_status
 from spark_jobs.checks import duration_problems, positive_problems
-from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
+from spark_jobs.common import add_common_options, add_data_headers_option, controlmsg_options, job_logger, run_job
 from spark_jobs.events import json_columns, parse_duration, typed_columns
 
 __all__ = ["aggregate_windows", "build_parser", "check_arguments", "main", "run"]
@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sum", action="append", default=[], help="a column to sum (repeatable)")
     p.add_argument("--partitions", type=int, default=4, help="output topic partitions (created if missing)")
     p.add_argument("--tasks", type=int, default=2, help="output write tasks")
+    add_data_headers_option(p)
     add_common_options(p)
     return p
 
@@ -84,7 +85,8 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     log.info("input ended: %d records in %.1f s", rows_in, ended_after)
     windows = aggregate_windows(records, window_ms, args.sum)
     options = controlmsg_options(args, config, args.output_topic, job="window", key="key",
-                                 eventTime="window_start", partitions=str(args.partitions))
+                                 eventTime="window_start", partitions=str(args.partitions),
+                                 dataHeaders=args.data_headers)
     windows.repartition(args.tasks).write.format("controlmsg").mode("append").options(**options).save()
     eos_written_at = time.time()  # save() returns once every task's end of stream is committed
     parsed.unpersist()

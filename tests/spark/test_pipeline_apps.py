@@ -16,9 +16,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from controlmsg.testing.standalone import Cluster, start_cluster, stop_cluster
+from spark_jobs.common import topic_names
 
 from .test_pipeline_oracle import SAMPLE, assert_matches_oracle
 from .test_streaming_pipeline import generated_source
+from .topic_dump import dump_topic
 
 OPTS = ["--input", str(SAMPLE), "--key", "user", "--event-time", "event_time", "--window", "1h",
         "--sum", "amount", "--sum", "items", "--null-value", "NA"]
@@ -51,6 +53,12 @@ def test_pipeline_of_three_spark_applications(spark: SparkSession, bootstrap_ser
     # The downstream jobs one --nice-step (default 5) below ingest: the job the others wait for runs first.
     assert [summary["jobs"][job]["niceness"] - os.nice(0) for job in ("ingest", "window_aggregate", "sink")] \
         == [0, 5, 5]
+    # The pipeline's topics are named after its run and hold nothing else: no run header on each record.
+    for topic in topic_names(summary["run_id"]):
+        wire = dump_topic({"bootstrap.servers": bootstrap_servers}, topic)
+        data = [r for r in wire if r.kind == "data"]
+        assert data and all(r.task is None for r in data), topic
+        assert any(r.kind == "eos" and r.task is not None for r in wire), topic  # control messages name theirs
     for job in ("ingest", "window_aggregate", "sink"):
         assert f" {job}: " in done.stderr  # each job's own log lines are echoed
         assert (tmp_path / "run" / f"{job}.log").stat().st_size > 0
