@@ -274,23 +274,29 @@ def produce_when_room(p: Producer, topic: str, value: bytes, key: str) -> None:
             continue
 
 
-def write_bare(topics: Topics, conf: dict[str, Any], chunks: list[tuple[list[Any], list[str]]], n: int) -> Sample:
-    topic = topics.new("writer-bare")
-    p = Producer(conf)
-    produce, dumps = p.produce, orjson.dumps
+def write_bare(topics: Topics, conf: dict[str, Any], chunks: list[tuple[list[Any], list[str]]], n: int,
+               envelope: bool = False) -> Sample:
+    """A bare Producer; with ``envelope``, also the least any writer of the format that sees its delivery
+    errors does: the type byte before each value and a delivery callback (called on errors only, as
+    ControlWriter's), the floor for ControlWriter."""
+    topic = topics.new("writer-floor" if envelope else "writer-bare")
+    errors: list[Any] = []
+    p = Producer({**conf, "on_delivery": lambda err, _msg: errors.append(err)} if envelope else conf)
+    produce, dumps, user = p.produce, orjson.dumps, b"\x00"
     c = cpu()
     t = perf()
     for values, keys in chunks:
         for v, k in zip(values, keys, strict=True):
+            value = user + dumps(v) if envelope else dumps(v)
             try:
-                produce(topic, dumps(v), k)
+                produce(topic, value, k)
             except BufferError:  # local queue full: let librdkafka drain it (as ControlWriter does)
-                produce_when_room(p, topic, dumps(v), k)
+                produce_when_room(p, topic, value, k)
     left = p.flush(60.0)
     elapsed = perf() - t
     used = cpu() - c
-    if left:
-        raise SystemExit(f"bare producer: {left} records undelivered")
+    if left or errors:
+        raise SystemExit(f"bare producer: {left} records undelivered, {len(errors)} delivery errors")
     got = topics.record_count(topic)
     if got != n:
         raise SystemExit(f"writer check failed: {topic} holds {got} records, expected {n}")
@@ -491,6 +497,15 @@ def main() -> None:
                 "writer",
             )
             results.append(result("writer send+flush", ra, rb, 0.9, cpu=True))
+            print("  the floor: the bare producer plus the least a writer of the format that sees its delivery "
+                  "errors does (the type byte, a delivery callback called on errors only), vs the bare producer")
+            ra, rb = alternate(
+                rounds,
+                lambda: write_bare(topics, pconf, chunks, n, envelope=True),
+                lambda: write_bare(topics, pconf, chunks, n),
+                "floor",
+            )
+            results.append(result("writer floor (bare + envelope)", ra, rb, None, cpu=True))
 
             # 3. reader ---------------------------------------------------------------------------------
             print(f"\n[3] reader: one topic, {n:,} data records from 2 tasks (watermark each {WATERMARK_EVERY:,} "

@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     spark = connector_app(args.master)  # the last size's application has stopped
                 started_load = load_average()
                 sized = argparse.Namespace(**{**vars(args), "events": events})
-                (work / f"events-{events}").mkdir()
+                (work / f"events-{events}").mkdir(exist_ok=True)
                 bench = Bench(sized, spark, work / f"events-{events}", cluster, jars)
                 try:
                     bench.run()
