@@ -98,7 +98,7 @@ def write_table(df: DataFrame, path: str) -> None:
 def event_time_ms(df: DataFrame, column: str) -> Column:
     """The event time of ``column`` in epoch ms (long), or null when it cannot be parsed."""
     dtype = df.schema[column].dataType
-    col = F.col(column)
+    col = top_column(column)
     if isinstance(dtype, T.TimestampType | T.TimestampNTZType):
         return F.unix_millis(col.cast("timestamp"))
     if isinstance(dtype, T.IntegralType):
@@ -107,9 +107,10 @@ def event_time_ms(df: DataFrame, column: str) -> Column:
         # Only whole numbers are epoch milliseconds.
         return F.when(col == F.floor(col), col.cast("long"))
     text = F.trim(col.cast("string"))
-    iso = F.expr(f"try_cast(trim(`{column}`) AS TIMESTAMP)")
+    quoted = column.replace("`", "``")
+    iso = F.expr(f"try_cast(trim(`{quoted}`) AS TIMESTAMP)")
     return (
-        F.when(text.rlike(r"^-?[0-9]+$"), F.expr(f"try_cast(trim(`{column}`) AS BIGINT)"))
+        F.when(text.rlike(r"^-?[0-9]+$"), F.expr(f"try_cast(trim(`{quoted}`) AS BIGINT)"))
         .when(text.rlike(r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}"), F.unix_millis(iso))
     )
 
@@ -122,9 +123,9 @@ def split_rejects(df: DataFrame, key: str, event_time: str) -> tuple[DataFrame, 
             raise ValueError(f"column {name!r} is not in the input (columns: {', '.join(df.columns)})")
     with_ms = df.withColumn(EVENT_MS, event_time_ms(df, event_time))
     reason = (
-        F.when(F.col(key).isNull(), F.lit("null key"))
+        F.when(top_column(key).isNull(), F.lit("null key"))
         .when(F.col(EVENT_MS).isNull(), F.concat(F.lit("unparseable event time: "),
-                                                 F.coalesce(F.col(event_time).cast("string"), F.lit("null"))))
+                                                 F.coalesce(top_column(event_time).cast("string"), F.lit("null"))))
     )
     marked = with_ms.withColumn(REJECT_REASON, reason)
     good = marked.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON)
@@ -152,14 +153,14 @@ def windowed_oracle(
     seconds = window_ms // 1000
     win = F.window(F.timestamp_millis(F.col(EVENT_MS)), f"{seconds} seconds") if window_ms % 1000 == 0 else \
         F.window(F.timestamp_millis(F.col(EVENT_MS)), f"{window_ms} milliseconds")
-    aggs = [F.count(F.lit(1)).alias("count")] + [F.sum(F.col(c)).alias(f"sum_{c}") for c in sums]
-    grouped = good.groupBy(F.col(key).cast("string").alias("key"), win.alias("w")).agg(*aggs)
+    aggs = [F.count(F.lit(1)).alias("count")] + [F.sum(top_column(c)).alias(f"sum_{c}") for c in sums]
+    grouped = good.groupBy(top_column(key).cast("string").alias("key"), win.alias("w")).agg(*aggs)
     return grouped.select(
         "key",
         iso_utc(F.unix_millis(F.col("w.start"))).alias("window_start"),
         iso_utc(F.unix_millis(F.col("w.end"))).alias("window_end"),
         "count",
-        *[f"sum_{c}" for c in sums],
+        *[top_column(f"sum_{c}") for c in sums],
     )
 
 
@@ -179,20 +180,20 @@ def typed_columns(parsed: DataFrame, numeric: Sequence[str]) -> tuple[DataFrame,
     chooses each column's type by the rule of :func:`is_fractional`; the DataFrame returned casts the
     texts (:func:`numeric_value`), the other columns unchanged, in their order."""
     totals = parsed.agg(F.count(F.lit(1)).alias("rows"),
-                        *[F.max(is_fractional(_column(c))).alias(f"c{i}") for i, c in enumerate(numeric)]).first()
+                        *[F.max(is_fractional(top_column(c))).alias(f"c{i}") for i, c in enumerate(numeric)]).first()
     assert totals is not None
-    typed = {c: numeric_value(_column(c), totals[f"c{i}"] == 1).alias(c) for i, c in enumerate(numeric)}
-    return parsed.select(*[typed.get(c, _column(c)) for c in parsed.columns]), int(totals["rows"])
+    typed = {c: numeric_value(top_column(c), totals[f"c{i}"] == 1).alias(c) for i, c in enumerate(numeric)}
+    return parsed.select(*[typed.get(c, top_column(c)) for c in parsed.columns]), int(totals["rows"])
 
 
-def _column(name: str) -> Column:
+def top_column(name: str) -> Column:
     """A top-level column by its name, whatever characters it has (a dot would otherwise mean a field)."""
     return F.col("`" + name.replace("`", "``") + "`")
 
 
 def _from_json(raw: DataFrame, fields: dict[str, str]) -> DataFrame:
     """The ``value`` column parsed into ``fields`` (name -> Spark SQL type), one column each."""
-    schema = ", ".join(f"`{name}` {typ}" for name, typ in fields.items())
+    schema = ", ".join(f"`{name.replace('`', '``')}` {typ}" for name, typ in fields.items())
     return raw.select(F.from_json("value", schema).alias("r")).select("r.*")
 
 

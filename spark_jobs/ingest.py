@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from controlmsg.spark import run_status
 from spark_jobs.checks import input_problems, output_problems, positive_problems
 from spark_jobs.common import add_common_options, add_data_headers_option, controlmsg_options, job_logger, run_job
-from spark_jobs.events import EVENT_MS, read_table, split_rejects, write_table
+from spark_jobs.events import EVENT_MS, read_table, split_rejects, top_column, write_table
 
 __all__ = ["build_parser", "check_arguments", "main", "run"]
 
@@ -63,9 +63,9 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     good, rejects = split_rejects(df, args.key, args.event_time)
     carried = args.carry or [c for c in df.columns if c not in (args.key, args.event_time)]
     records = good.select(
-        F.col(args.key).cast("string").alias("key"),
+        top_column(args.key).cast("string").alias("key"),
         F.col(EVENT_MS).alias("event_ms"),
-        *[F.col(c) for c in carried],
+        *[top_column(c) for c in carried],
     ).repartition(args.tasks)
     rejects_path = _rejects_path(args)
     rejects = rejects.cache()

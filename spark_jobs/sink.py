@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.checks import output_problems
 from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
-from spark_jobs.events import iso_utc, json_columns, typed_columns, write_table
+from spark_jobs.events import iso_utc, json_columns, top_column, typed_columns, write_table
 
 __all__ = ["build_parser", "check_arguments", "main", "read_results", "run"]
 
@@ -64,7 +64,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     ended_at = time.time()
     out = results.coalesce(1).sortWithinPartitions("key", "window_start").select(
         "key", iso_utc(F.col("window_start")).alias("window_start"),
-        iso_utc(F.col("window_end")).alias("window_end"), "count", *results.columns[4:],
+        iso_utc(F.col("window_end")).alias("window_end"), "count", *[top_column(c) for c in results.columns[4:]],
     )
     write_table(out, args.output)
     parsed.unpersist()

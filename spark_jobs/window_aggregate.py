@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from controlmsg.spark import run_status
 from spark_jobs.checks import duration_problems, positive_problems
 from spark_jobs.common import add_common_options, add_data_headers_option, controlmsg_options, job_logger, run_job
-from spark_jobs.events import json_columns, parse_duration, typed_columns
+from spark_jobs.events import json_columns, parse_duration, top_column, typed_columns
 
 __all__ = ["aggregate_windows", "build_parser", "check_arguments", "main", "run"]
 
@@ -33,12 +33,12 @@ def aggregate_windows(records: DataFrame, window_ms: int, sums: Sequence[str]) -
     start = F.col("event_ms") - F.pmod(F.col("event_ms"), F.lit(window_ms))
     aggs = [F.count(F.lit(1)).alias("count")]
     for col in sums:
-        aggs.append(F.sum(F.col(col)).alias(f"sum_{col}"))
+        aggs.append(F.sum(top_column(col)).alias(f"sum_{col}"))
     return (
         records.groupBy(F.col("key"), start.alias("window_start"))
         .agg(*aggs)
         .withColumn("window_end", F.col("window_start") + F.lit(window_ms))
-        .select("key", "window_start", "window_end", "count", *[f"sum_{c}" for c in sums])
+        .select("key", "window_start", "window_end", "count", *[top_column(f"sum_{c}") for c in sums])
     )
 
 

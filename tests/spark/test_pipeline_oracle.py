@@ -107,6 +107,25 @@ def test_empty_upstream_tasks(spark: SparkSession, bootstrap_servers: str, tmp_p
     assert assert_matches_oracle(spark, output, **opts) == 2
 
 
+def test_column_names_with_dots_and_backticks(spark: SparkSession, bootstrap_servers: str, tmp_path: Path) -> None:
+    """Columns are named as the input names them: a dot is part of the name, not a struct field, and a
+    backtick is a character like any other, in every job and in the oracle."""
+    src = tmp_path / "dotted.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in [
+        {"user.id": "a", "at.time": "2026-01-01T00:00:01Z", "price.usd": 2, "n`x": 0.5},
+        {"user.id": "a", "at.time": "2026-01-01T00:00:30Z", "price.usd": 3, "n`x": 1},
+        {"user.id": "b", "at.time": "2026-01-01T00:01:00Z", "price.usd": None, "n`x": 2},
+    ]) + "\n")
+    output = str(tmp_path / "out.jsonl")
+    opts: dict[str, Any] = dict(input_path=str(src), key="user.id", event_time="at.time", window="1m",
+                                sums=["price.usd", "n`x"])
+    run_pipeline_in_session(spark, bootstrap_servers, output=output, partitions=2, tasks=2, **opts)
+    assert assert_matches_oracle(spark, output, **opts) == 2
+    rows = [json.loads(line) for line in Path(output).read_text().splitlines()]
+    assert [(r["key"], r["count"], r.get("sum_price.usd"), r["sum_n`x"]) for r in rows] == [
+        ("a", 2, 5, 1.5), ("b", 1, None, 2.0)]
+
+
 def write_events(path: Path, n: int, *, days: int, keys: int, seed: int) -> None:
     """Synthetic events over ``days`` days with zipf-like skewed keys, as JSON lines."""
     rng = random.Random(seed)
