@@ -31,6 +31,7 @@ __all__ = [
     "parse_duration",
     "read_table",
     "split_rejects",
+    "top_column",
     "typed_columns",
     "windowed_oracle",
     "write_table",
