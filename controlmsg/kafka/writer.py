@@ -34,6 +34,12 @@ HEADER_RUN: Final = "controlmsg-run"
 HEADER_SEQ: Final = "controlmsg-seq"
 
 _POLL_EVERY: Final = 4096
+# confluent-kafka's produce(topic, value, key, partition, callback, on_delivery, timestamp, headers) is called
+# positionally: a keyword argument costs more than the headers themselves (CPython hands the C method a dict of
+# keywords to parse: 1.2-1.7 us per call with two headers as a keyword against 0.8-0.9 us positionally, and
+# 0.3-0.6 us with no headers; `python benchmarks/bench_protocol.py --produce-args` measures it).
+_ANY_PARTITION: Final = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner chooses by key
+_NOW: Final = 0  # the record's timestamp: 0 is librdkafka's "now"
 _USER: Final = encode_user(b"")  # the MessageType byte of a user message
 _dumps: Final = orjson.dumps  # encode_json's serde, inlined in send(): the same bytes
 
@@ -44,7 +50,7 @@ def produce_waiting(producer: Producer, topic: str, value: bytes | None, key: by
     Raises :class:`DeliveryError` naming the topic when librdkafka refuses the record."""
     while True:
         try:
-            producer.produce(topic, value, key, partition, headers=headers)
+            producer.produce(topic, value, key, partition, None, None, _NOW, headers)
             return
         except BufferError:
             producer.poll(0.05)
@@ -137,17 +143,11 @@ class ControlWriter:
         producer = self._producer
         while True:
             try:
-                # headers= (even None) adds ~0.3 us to each confluent-kafka produce() call, more than half of
-                # the call itself, so records without headers (user messages by default) pass none.
+                # Records without headers (user messages by default) pass none: the shorter call is faster.
                 if headers is None:
-                    if partition < 0:
-                        producer.produce(self.topic, value, key)
-                    else:
-                        producer.produce(self.topic, value, key, partition)
-                elif partition < 0:
-                    producer.produce(self.topic, value, key, headers=headers)
+                    producer.produce(self.topic, value, key, partition)
                 else:
-                    producer.produce(self.topic, value, key, partition, headers=headers)
+                    producer.produce(self.topic, value, key, partition, None, None, _NOW, headers)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -199,33 +199,26 @@ class ControlWriter:
             raise ValueError(f"{len(values)} values but {len(keys)} keys")
         produce, topic, headers = self._produce_call, self.topic, self._data_headers
         try:
-            # Four loops rather than one with branches: passing headers= (even None) or a key costs a
-            # confluent-kafka produce() call measurably, so each loop passes only what it has.
-            if headers is None:
-                if keys is None:
-                    for value in values:
-                        try:
-                            produce(topic, value)
-                        except BufferError:
-                            self._produce(value, None, -1, None)
-                else:
-                    for value, key in zip(values, keys, strict=True):
-                        try:
-                            produce(topic, value, key)
-                        except BufferError:
-                            self._produce(value, key, -1, None)
+            # Three loops rather than one with branches: each argument more costs a confluent-kafka produce()
+            # call measurably, so each loop passes only what it has, positionally (see _NOW).
+            if headers is not None:
+                for value, key in zip(values, [None] * len(values) if keys is None else keys, strict=True):
+                    try:
+                        produce(topic, value, key, _ANY_PARTITION, None, None, _NOW, headers)
+                    except BufferError:
+                        self._produce(value, key, _ANY_PARTITION, headers)
             elif keys is None:
                 for value in values:
                     try:
-                        produce(topic, value, headers=headers)
+                        produce(topic, value)
                     except BufferError:
-                        self._produce(value, None, -1, headers)
+                        self._produce(value, None, _ANY_PARTITION, None)
             else:
                 for value, key in zip(values, keys, strict=True):
                     try:
-                        produce(topic, value, key, headers=headers)
+                        produce(topic, value, key)
                     except BufferError:
-                        self._produce(value, key, -1, headers)
+                        self._produce(value, key, _ANY_PARTITION, None)
         except KafkaException as exc:
             raise DeliveryError(f"cannot produce to topic {topic!r}: {exc.args[0]}") from exc
         self._since_poll += len(values)

@@ -220,6 +220,53 @@ def test_send_encoded_and_poll_columns_are_send_and_poll_per_record(
                                                   [columns.payloads[2], columns.payloads[0]])
 
 
+def test_every_send_path_writes_its_key_partition_headers_and_a_current_timestamp(
+        kafka_config: dict[str, Any], new_topic: Callable[..., str]) -> None:
+    """The writer calls confluent-kafka's produce() positionally (topic, value, key, partition, callback,
+    on_delivery, timestamp, headers): each path's record arrives with what it was given, timestamped now."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    from controlmsg.core.codec import encode_json_rows
+    from controlmsg.kafka.writer import HEADER_RUN, HEADER_TASK
+
+    topic = new_topic(3)
+    sent_at_ms = int(time.time() * 1000)
+    with ControlWriter(kafka_config, topic, task_name="t0", task_count=1, run_id="r1", data_headers=True) as w:
+        w.send({"path": "send"}, "ka")
+        w.send({"path": "send-partition"}, "kb", partition=2)
+        w.send_bytes(b'{"path": "send_bytes"}', None, partition=1)
+        w.send_encoded(encode_json_rows([{"path": "encoded-keyed"}]), ["kc"])
+        w.send_encoded(encode_json_rows([{"path": "encoded"}]))
+    with ControlWriter(kafka_config, topic, task_name="t1", task_count=1, run_id="r1") as plain:
+        plain.send({"path": "no-headers"}, "kd", partition=0)
+        plain.send_encoded(encode_json_rows([{"path": "no-headers-encoded"}]), ["ke"])
+        plain.send_encoded(encode_json_rows([{"path": "no-headers-ka"}, {"path": "no-headers-kc"}]), ["ka", "kc"])
+
+    consumer = Consumer({**kafka_config, "group.id": f"check-{topic}", "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(3)])
+    got: dict[str, tuple[int, bytes | None, Any, int]] = {}
+    ended: set[int] = set()
+    deadline = time.monotonic() + 30
+    while len(ended) < 3 and time.monotonic() < deadline:
+        for msg in consumer.consume(100, 0.2):
+            if msg.error() is not None:
+                ended.add(msg.partition())
+            elif msg.value()[0] == 0:
+                got[orjson.loads(msg.value()[1:])["path"]] = (
+                    msg.partition(), msg.key(), msg.headers(), msg.timestamp()[1])
+    consumer.close()
+    mine = [(HEADER_RUN, b"r1"), (HEADER_TASK, b"t0")]
+    assert {path: (key, headers) for path, (_, key, headers, _) in got.items()} == {
+        "send": (b"ka", mine), "send-partition": (b"kb", mine), "send_bytes": (None, mine),
+        "encoded-keyed": (b"kc", mine), "encoded": (None, mine),
+        "no-headers": (b"kd", None), "no-headers-encoded": (b"ke", None),
+        "no-headers-ka": (b"ka", None), "no-headers-kc": (b"kc", None)}
+    assert (got["send-partition"][0], got["send_bytes"][0], got["no-headers"][0]) == (2, 1, 0)
+    # A keyed record with headers goes where the partitioner sends its key without them.
+    assert got["send"][0] == got["no-headers-ka"][0] and got["encoded-keyed"][0] == got["no-headers-kc"][0]
+    assert all(sent_at_ms - 1000 <= ts <= sent_at_ms + 60_000 for _, _, _, ts in got.values()), got
+
+
 def test_delivery_error_is_raised(kafka_config: dict[str, Any], new_topic: Callable[..., str]) -> None:
     topic = new_topic(1)
     w = ControlWriter({**kafka_config, "message.timeout.ms": 1000}, topic, task_name="t", task_count=1,
