@@ -37,7 +37,7 @@ _POLL_EVERY: Final = 4096
 # confluent-kafka's produce(topic, value, key, partition, callback, on_delivery, timestamp, headers) is called
 # positionally: a keyword argument costs more than the headers themselves (CPython hands the C method a dict of
 # keywords to parse: 1.2-1.7 us per call with two headers as a keyword against 0.8-0.9 us positionally, and
-# 0.3-0.6 us with no headers; `python benchmarks/bench_protocol.py --produce-args` measures it).
+# 0.3-0.6 us with no headers; `python benchmarks/bench_produce_call.py` measures it).
 _ANY_PARTITION: Final = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner chooses by key
 _NOW: Final = 0  # the record's timestamp: 0 is librdkafka's "now"
 _USER: Final = encode_user(b"")  # the MessageType byte of a user message
