@@ -77,6 +77,7 @@ INGESTED_SCHEMA = "key string, event_ms long, amount double, items long"  # what
 WINDOWS_SCHEMA = "key string, window_start long, window_end long, count long, sum_amount double, sum_items long"
 
 CM, KAFKA, PLAIN, BARE = "controlmsg", "connector", "plain batch", "bare producer"
+BARE_HEADERS = "bare producer, run and task headers"
 NO_HEADERS = "controlmsg, dataHeaders false"
 
 
@@ -181,6 +182,7 @@ def report_scale(benches: Sequence[Bench]) -> None:
     added since the size before (the slope: the fixed costs, application start-ups above all, cancel)."""
     figures = [("write", CM, "write controlmsg"), ("write", KAFKA, "write connector"),
                ("write", NO_HEADERS, "write controlmsg, no headers"), ("write", BARE, "write bare producer"),
+               ("write", BARE_HEADERS, "write bare producer, headers"),
                ("read", CM, "read controlmsg"), ("read", KAFKA, "read connector"),
                ("pipeline", CM, "3-job pipeline"), ("pipeline", KAFKA, "connector stages"),
                ("pipeline", PLAIN, "plain query")]
@@ -316,16 +318,17 @@ class Bench:
         self.samples["write", NO_HEADERS].append(args.events / seconds)
         self.say(f"round {r + 1}: write controlmsg, dataHeaders false: {args.events / seconds:,.0f} rows/s "
                  f"({seconds:.1f} s)")
-        floor_topic = self.new_topic(f"bare-{r}")
-        started = time.monotonic()
-        sent = bare_write(source, self.cluster.servers, floor_topic, "user")
-        seconds = time.monotonic() - started
-        stored = sum(end_offsets(dict(self.cluster.config), floor_topic).values())
-        if sent != args.events or stored != args.events:
-            raise BenchError(f"bare write: {sent} rows sent, {stored} records in {floor_topic}, not {args.events}")
-        self.samples["write", BARE].append(args.events / seconds)
-        self.say(f"round {r + 1}: write, a bare Producer per Python task (the floor): "
-                 f"{args.events / seconds:,.0f} rows/s ({seconds:.1f} s)")
+        for floor, name, run in ((BARE, f"bare-{r}", None), (BARE_HEADERS, f"bare-headers-{r}", f"{self.prefix}-{r}")):
+            floor_topic = self.new_topic(name)
+            started = time.monotonic()
+            sent = bare_write(source, self.cluster.servers, floor_topic, "user", run)
+            seconds = time.monotonic() - started
+            stored = sum(end_offsets(dict(self.cluster.config), floor_topic).values())
+            if sent != args.events or stored != args.events:
+                raise BenchError(f"{floor}: {sent} rows sent, {stored} records in {floor_topic}, not {args.events}")
+            self.samples["write", floor].append(args.events / seconds)
+            self.say(f"round {r + 1}: write, a {floor} per Python task (a floor): "
+                     f"{args.events / seconds:,.0f} rows/s ({seconds:.1f} s)")
         for side in sides:
             started = time.monotonic()
             got = aggregate(self.read(side, options, topics[KAFKA]))
@@ -456,6 +459,10 @@ class Bench:
                 print(f"| the write's floor: a bare confluent-kafka Producer in each Python task (mapInArrow, orjson "
                       f"per row; no envelope, headers or transaction), rows/s | {rate(bare)} | {rate(kafka)} | "
                       f"{bare / kafka:.2f} (controlmsg / floor: {cm / bare:.2f}) |")
+                floor = med["write", BARE_HEADERS]
+                print(f"| the floor with the same two headers on each record (`controlmsg-run`, `controlmsg-task`; "
+                      f"what the default writes), rows/s | {rate(floor)} | {rate(kafka)} | {floor / kafka:.2f} "
+                      f"(controlmsg / this floor: {cm / floor:.2f}) |")
         if ("pipeline", CM) in med:
             cm, kafka, plain = med["pipeline", CM], med["pipeline", KAFKA], med["pipeline", PLAIN]
             print(f"| 3-job pipeline vs the same 3 stages run one after another, s | {cm:.1f} s | {kafka:.1f} s | "
@@ -486,28 +493,45 @@ class Bench:
             print(f"  {line}")
 
 
-def bare_write(df: DataFrame, servers: str, topic: str, key: str) -> int:
+def bare_write(df: DataFrame, servers: str, topic: str, key: str, run: str | None = None) -> int:
     """The floor of a write from Spark's Python workers: each task sends its rows with a bare
     confluent-kafka ``Producer`` (``orjson.dumps`` of each row's dict, the key column as the key,
     librdkafka's defaults; no envelope, no headers, no transaction, no event times, no watermarks or end
-    of stream), through ``mapInArrow``, the same Arrow batches a data source's write task gets. Returns
-    the rows sent, all delivered."""
+    of stream), through ``mapInArrow``, the same Arrow batches a data source's write task gets. With
+    ``run``, each record carries the two headers controlmsg's default puts on a data record (the run, and
+    the task named as controlmsg names it), passed as controlmsg passes them. Returns the rows sent, all
+    delivered."""
     from pyspark.sql import functions as F
 
     def produce(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import orjson
         import pyarrow as pa
         from confluent_kafka import Producer
+        from pyspark import TaskContext
 
         producer = Producer({"bootstrap.servers": servers})
         send, dumps, sent = producer.produce, orjson.dumps, 0
+        headers: list[tuple[str, str | bytes | None]] = []
+        if run is not None:
+            context = TaskContext.get()
+            task = f"bench-{run}-p{context.partitionId() if context is not None else 0}"
+            headers = [("controlmsg-run", run.encode()), ("controlmsg-task", task.encode())]
         for batch in batches:
-            for row, k in zip(batch.to_pylist(), batch.column(key).to_pylist(), strict=True):
-                try:
-                    send(topic, dumps(row), k)
-                except BufferError:  # the local queue is full: let librdkafka drain it
-                    producer.poll(0.05)
-                    send(topic, dumps(row), k)
+            pairs = zip(batch.to_pylist(), batch.column(key).to_pylist(), strict=True)
+            if not headers:
+                for row, k in pairs:
+                    try:
+                        send(topic, dumps(row), k)
+                    except BufferError:  # the local queue is full: let librdkafka drain it
+                        producer.poll(0.05)
+                        send(topic, dumps(row), k)
+            else:
+                for row, k in pairs:
+                    try:
+                        send(topic, dumps(row), k, -1, None, None, 0, headers)
+                    except BufferError:
+                        producer.poll(0.05)
+                        send(topic, dumps(row), k, -1, None, None, 0, headers)
             producer.poll(0)
             sent += batch.num_rows
         if producer.flush(120):

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from controlmsg.errors import BrokerError
+from controlmsg.paths import cache_dir
 from controlmsg.testing import security as sec
 from controlmsg.testing.processes import (
     OUTPUT_TAIL_LINES,
@@ -91,7 +92,6 @@ _HOST = "127.0.0.1"
 _NODE_ID = 1
 _JVM_HEAP = "-Xmx512m"
 
-_CACHE_ENV = "CONTROLMSG_CACHE_DIR"
 _BROKER_DIR_ENV = "CONTROLMSG_BROKER_DIR"
 
 _MVN_TIMEOUT = 900.0
@@ -137,14 +137,12 @@ class BrokerHandle:
 
 
 def default_cache_dir() -> Path:
-    """Return the cache directory: ``$CONTROLMSG_CACHE_DIR`` or ``~/.cache/controlmsg``.
+    """Return the cache directory: ``$CONTROLMSG_CACHE_DIR`` or ``~/.cache/controlmsg``
+    (:func:`controlmsg.paths.cache_dir`).
 
     Does not block, does not create the directory, does not raise.
     """
-    env = os.environ.get(_CACHE_ENV, "").strip()
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "controlmsg"
+    return cache_dir()
 
 
 def default_data_dir() -> Path:

@@ -1,0 +1,66 @@
+"""The JVM class-data archive of Spark drivers (controlmsg.spark.class_archive), with real JVMs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from controlmsg.spark.class_archive import ENV, archive_path, build_archive, driver_java_options
+
+
+def test_the_test_session_driver_runs_with_the_archive(spark: SparkSession) -> None:
+    """The session fixture came from spark_session(): its driver JVM was given the archive, which exists."""
+    path = archive_path()
+    assert path is not None and path.is_file()
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert f"-XX:SharedArchiveFile={path}" in arguments, arguments
+
+
+def test_a_driver_loads_spark_classes_from_the_archive(tmp_path: Path) -> None:
+    """A new application started by spark_session() maps Spark's own classes from the archive: the JVM's
+    class-load log names the archive ("shared objects file (top)": the dynamic archive) as their source."""
+    log = tmp_path / "classes.log"
+    script = textwrap.dedent(f"""
+        from controlmsg.spark import spark_session
+        spark = spark_session("local[1]", "class-archive-test",
+                              conf={{"spark.driver.extraJavaOptions": "-Xlog:class+load=info:file={log}"}})
+        assert spark.range(10).count() == 10
+        spark.stop()
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if k != ENV})
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
+    lines = log.read_text(errors="replace").splitlines()
+    context = [line for line in lines if " org.apache.spark.SparkContext " in line]
+    assert context and "source: shared objects file (top)" in context[0], context
+    shared = sum("shared objects file (top)" in line for line in lines)
+    assert shared > 5000, f"only {shared} of {len(lines)} classes came from the archive"
+
+
+def test_an_archive_chosen_by_the_session_or_switched_off_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    for own in ("-Xshare:off", "-XX:SharedArchiveFile=/elsewhere.jsa", "-XX:ArchiveClassesAtExit=/x.jsa -Dk=v"):
+        assert driver_java_options(own) == own
+    monkeypatch.setenv(ENV, "off")
+    assert driver_java_options("-Dk=v") == "-Dk=v"
+    assert driver_java_options() == ""
+
+
+def test_a_failed_build_leaves_no_archive_and_is_not_retried_within_a_day(tmp_path: Path) -> None:
+    """The build's child is stopped long before its JVM could write anything: no archive appears, the
+    reason is kept, and the next call neither retries (the reason stays as it was) nor raises."""
+    path = tmp_path / "jvm" / "spark-test.jsa"
+    assert build_archive(path, timeout=0.01) is False
+    failed = path.with_suffix(".failed")
+    assert not path.exists() and "failed" in failed.read_text()
+    before = failed.stat().st_mtime_ns, failed.read_text()
+    assert build_archive(path) is False
+    assert not path.exists() and (failed.stat().st_mtime_ns, failed.read_text()) == before
+    assert not [p for p in path.parent.iterdir() if p.name.startswith("build-")]  # the work directory went
