@@ -65,7 +65,10 @@ _STREAMING_JOBS = ("stream_ingest", "stream_window", "stream_sink")
 # block in poll and take no CPU from it, and from the commit on the sink must read the window job's whole
 # output as fast as it can. Two steps down, its weight was a third of the window job's while both ran
 # (nice 10 against 5), and the last hop took 9.0-9.6 s against 5.0-7.7 s (three runs each; the whole
-# pipeline no faster).
+# pipeline no faster). The default step, 12 (a CPU weight of 70 against ingest's 1024 for each downstream
+# job), was measured against 5 (weight 335) and 19 at 1M events, alternating, three runs each: the
+# pipeline took 54.8 / 53.8 / 57.8 s against 58.0 / 55.7 / 60.9 s, ingest 17.5-17.9 s against 22.2-23.6 s
+# (19: 53.2 and 62.7 s). The downstream start-ups then take the cores ingest leaves, and still end in time.
 _NICE_STEPS: Final = {"ingest": 0, "window_aggregate": 1, "sink": 1}
 _OWN_LINE = re.compile(
     rb"^\d\d:\d\d:\d\d (ingest|window_aggregate|sink|stream_ingest|stream_window|stream_sink|reader|writer)\b")
@@ -106,10 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=600.0, help="fail if the pipeline has not ended after SECONDS")
     p.add_argument("--start-order", default="sink,window,ingest",
                    help="the order the jobs (ingest, window, sink) are started in (comma-separated)")
-    p.add_argument("--nice-step", type=int, default=5, metavar="N",
+    p.add_argument("--nice-step", type=int, default=12, metavar="N",
                    help="the bounded pipeline runs window_aggregate and sink N nice levels below ingest, so that "
                         "where the jobs share cores the job the others wait for gets them first and the waiting "
-                        "ones take what it leaves (default 5; 0: all alike; the streaming chain: all alike)")
+                        "ones take what it leaves (default 12; 0: all alike; the streaming chain: all alike)")
     p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark setting for every job (repeatable)")
     p.add_argument("--run-dir", help="logs and summaries (default: .controlmsg/runs/<run id>)")

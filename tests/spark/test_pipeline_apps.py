@@ -50,9 +50,9 @@ def test_pipeline_of_three_spark_applications(spark: SparkSession, bootstrap_ser
     assert "after the window job's last end of stream was written" in done.stdout
     summary = json.loads((tmp_path / "run" / "pipeline.json").read_text())
     assert summary["eos_last_hop_seconds"] >= 0
-    # The downstream jobs one --nice-step (default 5) below ingest: the job the others wait for runs first.
+    # The downstream jobs one --nice-step (default 12) below ingest: the job the others wait for runs first.
     assert [summary["jobs"][job]["niceness"] - os.nice(0) for job in ("ingest", "window_aggregate", "sink")] \
-        == [0, 5, 5]
+        == [0, 12, 12]
     # The pipeline's topics are named after its run and hold nothing else: no run header on each record.
     for topic in topic_names(summary["run_id"]):
         wire = dump_topic({"bootstrap.servers": bootstrap_servers}, topic)
