@@ -9,7 +9,7 @@ a pipeline start at once on shared cores, so what one start saves, the others ge
 
 How (``-XX:ArchiveClassesAtExit``, Java 13+): the first :func:`driver_java_options` on a machine runs one
 small Spark application in a child process with that option, waits until its JVM has written the archive
-(about 25 s, once per Spark and Java installation) and moves it into place under :func:`controlmsg.paths.
+(about 35 s, once per Spark and Java installation) and moves it into place under :func:`controlmsg.paths.
 cache_dir` (``jvm/``); concurrent first starts wait for that one build (a file lock). Every Spark driver
 started through :func:`controlmsg.spark.spark_session` then gets ``-XX:SharedArchiveFile`` with it.
 

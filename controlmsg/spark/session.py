@@ -47,7 +47,7 @@ def spark_session(
 
     ``class_archive``: a new driver JVM starts from the machine's class-data archive
     (:mod:`controlmsg.spark.class_archive`: about half the start-up CPU), built by the first session on
-    the machine that has none (about 25 s, once). Off: ``False`` or ``CONTROLMSG_CLASS_ARCHIVE=off``.
+    the machine that has none (about 35 s, once). Off: ``False`` or ``CONTROLMSG_CLASS_ARCHIVE=off``.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
