@@ -16,7 +16,9 @@ write and read 1,000 rows once, untimed (Python workers, classes, the broker's t
    keyed by ``user`` with ``eventTime`` vs ``df.write.format("kafka")`` with ``key = user`` and
    ``value = to_json(struct(*))``; only ``save()`` is timed. Then the floor of any write from Python
    workers: the same rows sent by a bare confluent-kafka ``Producer`` in each task (:func:`bare_write`);
-   and between the two, controlmsg with ``dataHeaders`` false (no run header on each record).
+   and between the two, controlmsg with ``dataHeaders`` false (no run header on each record). And
+   controlmsg given the very DataFrame the connector writes: the option ``value`` names a column made by
+   ``to_json(struct(*))`` in the JVM, so no Python object is made per row (the headers as by default).
 2. read rows/s with the JSON parsed: each side reads back the topic it wrote, ``format("controlmsg")``
    with ``.schema(...)`` vs ``format("kafka")`` + ``from_json``, to an aggregate over every parsed field
    (count, sums, min and max), which must equal the source's.
@@ -79,6 +81,7 @@ WINDOWS_SCHEMA = "key string, window_start long, window_end long, count long, su
 CM, KAFKA, PLAIN, BARE = "controlmsg", "connector", "plain batch", "bare producer"
 BARE_HEADERS = "bare producer, run and task headers"
 NO_HEADERS = "controlmsg, dataHeaders false"
+VALUE_COLUMN = "controlmsg, value column"
 
 
 class BenchError(Exception):
@@ -181,6 +184,7 @@ def report_scale(benches: Sequence[Bench]) -> None:
     """Item 4 of issue 12: each size's figures as seconds per million events, and per million events
     added since the size before (the slope: the fixed costs, application start-ups above all, cancel)."""
     figures = [("write", CM, "write controlmsg"), ("write", KAFKA, "write connector"),
+               ("write", VALUE_COLUMN, "write controlmsg, value column"),
                ("write", NO_HEADERS, "write controlmsg, no headers"), ("write", BARE, "write bare producer"),
                ("write", BARE_HEADERS, "write bare producer, headers"),
                ("read", CM, "read controlmsg"), ("read", KAFKA, "read connector"),
@@ -306,18 +310,23 @@ class Bench:
             seconds = time.monotonic() - started
             self.samples["write", side].append(args.events / seconds)
             self.say(f"round {r + 1}: write {side}: {args.events / seconds:,.0f} rows/s ({seconds:.1f} s)")
-        # controlmsg without the run on every record (dataHeaders false: what a topic of one run allows)
-        plain_topic = self.new_topic(f"cm-no-headers-{r}")
-        plain = {**self.controlmsg_options(plain_topic, f"{self.prefix}-nh{r}"), "dataHeaders": "false"}
-        started = time.monotonic()
-        self.write(CM, source, plain, topics[KAFKA])
-        seconds = time.monotonic() - started
-        status = run_status(plain)
-        if status is None or status.get("rows") != args.events:
-            raise BenchError(f"write without headers: the run's status is {status}, not {args.events} rows")
-        self.samples["write", NO_HEADERS].append(args.events / seconds)
-        self.say(f"round {r + 1}: write controlmsg, dataHeaders false: {args.events / seconds:,.0f} rows/s "
-                 f"({seconds:.1f} s)")
+        # controlmsg given the connector's own DataFrame: the value made by to_json in the JVM (option value);
+        # then without the run on every record (dataHeaders false: what a topic of one run allows)
+        from pyspark.sql import functions as F
+
+        valued = source.select("user", "event_time", F.to_json(F.struct(*source.columns)).alias("value"))
+        for variant, frame, more in ((VALUE_COLUMN, valued, {"value": "value"}),
+                                     (NO_HEADERS, source, {"dataHeaders": "false"})):
+            variant_topic = self.new_topic(f"cm-{variant.split(', ')[1].replace(' ', '-')}-{r}")
+            variant_options = {**self.controlmsg_options(variant_topic, f"{self.prefix}-v{r}"), **more}
+            started = time.monotonic()
+            self.write(CM, frame, variant_options, topics[KAFKA])
+            seconds = time.monotonic() - started
+            status = run_status(variant_options)
+            if status is None or status.get("rows") != args.events:
+                raise BenchError(f"write {variant}: the run's status is {status}, not {args.events} rows")
+            self.samples["write", variant].append(args.events / seconds)
+            self.say(f"round {r + 1}: write {variant}: {args.events / seconds:,.0f} rows/s ({seconds:.1f} s)")
         for floor, name, run in ((BARE, f"bare-{r}", None), (BARE_HEADERS, f"bare-headers-{r}", f"{self.prefix}-{r}")):
             floor_topic = self.new_topic(name)
             started = time.monotonic()
@@ -452,6 +461,10 @@ class Bench:
             cm, kafka = med[figure, CM], med[figure, KAFKA]
             print(f"| {what} | {rate(cm)} | {rate(kafka)} | {cm / kafka:.2f} ({verdict(cm / kafka)}) |")
             if figure == "write":
+                valued = med["write", VALUE_COLUMN]
+                print(f"| write of the connector's own DataFrame (option `value`: the payload made by to_json in the "
+                      f"JVM, no Python object per row; headers as by default), rows/s | {rate(valued)} | "
+                      f"{rate(kafka)} | {valued / kafka:.2f} ({verdict(valued / kafka)}) |")
                 plain = med["write", NO_HEADERS]
                 print(f"| write without the run on every record (dataHeaders false, for a topic of one run), rows/s | "
                       f"{rate(plain)} | {rate(kafka)} | {plain / kafka:.2f} ({verdict(plain / kafka)}) |")

@@ -32,6 +32,7 @@ __all__ = [
     "encode_json",
     "encode_json_rows",
     "encode_user",
+    "encode_user_rows",
 ]
 
 _USER: Final = bytes([MessageType.USER_MESSAGE])
@@ -45,6 +46,13 @@ _dumps: Final = orjson.dumps  # bound once: encode_json and decode are the per-r
 def encode_user(payload: bytes) -> bytes:
     """Wrap a user payload (already serialized by the user's serde) in the envelope."""
     return _USER + payload
+
+
+def encode_user_rows(payloads: Iterable[bytes]) -> list[bytes]:
+    """``[encode_user(p) for p in payloads]`` in one loop: payloads serialized already (by the user's serde,
+    e.g. Spark's ``to_json`` in the JVM), each wrapped in the envelope as it is."""
+    user = _USER
+    return [user + payload for payload in payloads]
 
 
 def encode_json(value: Any) -> bytes:

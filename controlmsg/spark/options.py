@@ -19,7 +19,10 @@ because it is missing; default 4), ``replicationFactor`` (of such a topic; defau
 ``topicConfig.min.insync.replicas``),
 ``job`` (the first part of every task name; default ``spark``), ``transactionTimeoutMs`` (default
 600000: a write task must finish within it), ``dataHeaders`` (``true``: put the run in every record's
-headers so that readers of a topic holding several runs take only theirs; default true).
+headers so that readers of a topic holding several runs take only theirs; default true), ``value`` (a
+string or binary column whose bytes are each record's payload as they are, e.g. ``to_json(struct(*))``
+or ``to_avro(...)`` made in the JVM, as ``format("kafka")`` takes its ``value`` column; default: the
+row's columns as one JSON object, made in Python).
 
 Readers also take ``partitionsPerTask`` (default 1), ``maxTasks``, ``batchRows`` (rows per Arrow
 batch, default 10000) and, streaming only, ``maxOffsetsPerTrigger`` (at most this many records per
@@ -221,6 +224,7 @@ class WriteOptions:
     job: str
     transaction_timeout_ms: int
     data_headers: bool
+    value: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -246,4 +250,5 @@ class WriteOptions:
             job=opts.get("job") or "spark",
             transaction_timeout_ms=_positive_int(opts, "transactionTimeoutMs", 600_000) or 600_000,
             data_headers=_bool(opts, "dataHeaders", True),
+            value=opts.get("value") or None,
         )

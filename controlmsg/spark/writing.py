@@ -29,6 +29,10 @@ another streaming query (another ``queryId``) is refused: a new query needs a ne
 Record values are the row as a JSON object: every column, nulls kept, timestamps as ISO-8601 in UTC
 (``...Z``), dates as ``YYYY-MM-DD``, decimals as exact JSON numbers, binary as base64, structs, arrays and
 maps as JSON objects and arrays. Keys are the ``key`` column as a string (null without ``key``).
+With the option ``value`` (a string or binary column) a record's payload is that column's bytes as they
+are instead, serialized by Spark itself (``to_json(struct(*))``, ``to_avro``...) as for ``format("kafka")``:
+no Python object per row (the other columns serve ``key`` and ``eventTime`` and are not written). A null in
+it fails the task, naming the row.
 """
 
 from __future__ import annotations
@@ -42,9 +46,17 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import DateType, NumericType, StructType, TimestampNTZType, TimestampType
+from pyspark.sql.types import (
+    BinaryType,
+    DateType,
+    NumericType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
-from controlmsg.core.codec import encode_json_rows
+from controlmsg.core.codec import encode_json_rows, encode_user_rows
 from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
 from controlmsg.core.naming import driver_transactional_id, task_name, transactional_id
 from controlmsg.core.watermarks import WatermarkPolicy
@@ -91,12 +103,23 @@ class _Plan:
     partitions: int
     key_index: int | None
     event_time_index: int | None
+    value_index: int | None = None
+    """The column whose bytes are each record's payload (option ``value``); ``None``: the row as JSON."""
 
 
 def _plan(opts: WriteOptions, schema: StructType) -> _Plan:
     """Check the columns against ``schema``, create the topic when missing; returns the plan."""
     names = schema.fieldNames()
-    key_index = event_index = None
+    key_index = event_index = value_index = None
+    if opts.value is not None:
+        if opts.value not in names:
+            raise ValueError(f"option 'value': no column {opts.value!r} (columns: {', '.join(names)})")
+        value_index = names.index(opts.value)
+        dtype = schema[opts.value].dataType
+        if not isinstance(dtype, StringType | BinaryType):
+            raise ValueError(f"option 'value': column {opts.value!r} must be a string or binary column (the "
+                             f"payload as the downstream's serde reads it, e.g. to_json(struct(*))), not "
+                             f"{dtype.simpleString()}")
     if opts.key is not None:
         if opts.key not in names:
             raise ValueError(f"option 'key': no column {opts.key!r} (columns: {', '.join(names)})")
@@ -117,7 +140,7 @@ def _plan(opts: WriteOptions, schema: StructType) -> _Plan:
         create_topic(config, opts.topic, opts.partitions, replication_factor=opts.replication_factor,
                      topic_config=dict(opts.topic_config), timeout=opts.timeout)
         have = opts.partitions
-    return _Plan(opts, have, key_index, event_index)
+    return _Plan(opts, have, key_index, event_index, value_index)
 
 
 def _refuse_ended(opts: WriteOptions) -> dict[str, Any] | None:
@@ -387,8 +410,24 @@ def _event_ms(column: pa.Array) -> int | None:
     return None if top is None else int(top)
 
 
+def _payloads(column: pa.Array, plan: _Plan, task: str, rows_before: int) -> list[bytes]:
+    """The ``value`` column of a batch as envelopes, its bytes untouched. A null fails the task (its
+    transaction is aborted: nothing of it is readable), naming the topic, task, column and row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if column.null_count:
+        row = rows_before + int(pc.index(column.is_null(), True).as_py())
+        raise ControlMsgError(
+            f"write to topic {plan.opts.topic!r}, task {task!r}: column {plan.opts.value!r} (option 'value') is "
+            f"null in row {row} of the task; a record's payload cannot be null: filter such rows out or give "
+            "them a value (nothing of this task was committed)")
+    return encode_user_rows(column.cast(pa.binary()).to_pylist())
+
+
 def _write_rows(writer: ControlWriter, batches: Iterator[pa.RecordBatch], plan: _Plan) -> tuple[int, int | None]:
-    """Send every row as a JSON record; return the number of rows and the largest event time. One
+    """Send every row as a record, its payload the ``value`` column's bytes or else the row as JSON; return
+    the number of rows and the largest event time. One
     :meth:`~controlmsg.kafka.writer.ControlWriter.send_encoded` per Arrow batch: its values encoded in one
     loop, its keys taken from the key column as one list."""
     import pyarrow as pa
@@ -402,7 +441,10 @@ def _write_rows(writer: ControlWriter, batches: Iterator[pa.RecordBatch], plan: 
             progress.log(f"{rows} rows written")
         if batch.num_rows == 0:
             continue
-        values = encode_json_rows(_utc(batch).to_pylist(), _json_default, _JSON_OPTIONS)
+        if plan.value_index is not None:
+            values = _payloads(batch.column(plan.value_index), plan, writer.task_name, rows)
+        else:
+            values = encode_json_rows(_utc(batch).to_pylist(), _json_default, _JSON_OPTIONS)
         if plan.key_index is None:
             send(values)
         else:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
+import orjson
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
@@ -73,6 +74,54 @@ def test_write_then_read_round_trip(spark: SparkSession, bootstrap_servers: str,
     sample = next(r.value for r in raw if '"n":null' in r.value)
     assert sample.startswith('{"user":') and '"tags":' in sample
     assert any('T00:01:00.000123Z"' in r.value for r in raw)  # timestamps: ISO-8601 UTC
+
+
+def test_a_value_column_is_the_payload_as_it_is(spark: SparkSession, bootstrap_servers: str,
+                                                kafka_config: dict[str, Any], new_topic: Callable[..., str]) -> None:
+    """Option ``value``: Spark serializes (``to_json`` here, in the JVM); the record's payload is that
+    column's bytes, keyed and timed by the other columns, which are not written. A string column and a
+    binary one alike; the headers and the end of stream as for any write."""
+    from pyspark.sql import functions as F
+
+    rows = rows_with_everything(120)
+    df = spark.createDataFrame(rows, SCHEMA).repartition(3)
+    for column_type in ("string", "binary"):
+        topic = new_topic(4)
+        payload = F.to_json(F.struct(*[F.col(c) for c in df.columns])).cast(column_type)
+        (df.select("user", "ts", payload.alias("v")).write.format("controlmsg").mode("append")
+         .options(**options(topic, bootstrap_servers, key="user", eventTime="ts", value="v")).save())
+
+        status = run_status(options(topic, bootstrap_servers))
+        assert status is not None and status["ended"] and status["rows"] == 120 and status["taskCount"] == 3
+        latest = max(r[1] for r in rows if r[1] is not None)
+        epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+        assert status["maxEventTime"] == (latest - epoch) // dt.timedelta(milliseconds=1)  # from its own column
+        made = [r[0] for r in df.select(F.to_json(F.struct(*df.columns))).collect()]
+        raw = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers)).load().collect()
+        assert sorted(r.value for r in raw) == sorted(made)  # Spark's bytes, untouched
+        assert all(orjson.loads(r.value).get("user") == r.key for r in raw)  # keyed by the key column
+        assert all(len({x.partition for x in raw if x.key == r.key}) == 1 for r in raw if r.key is not None)
+        wire = dump_topic(kafka_config, topic)
+        assert {r.task for r in wire if r.kind == "data"} <= {f"spark-r1-p{i}" for i in range(3)}  # headers kept
+        back = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers)).schema(SCHEMA).load()
+        assert back.count() == 120 and back.where("user IS NULL").count() == sum(r[0] is None for r in rows)
+
+
+def test_a_null_value_fails_the_write_naming_the_row_and_commits_nothing(
+        spark: SparkSession, bootstrap_servers: str, kafka_config: dict[str, Any],
+        new_topic: Callable[..., str]) -> None:
+    topic = new_topic(2)
+    df = spark.createDataFrame([("a", "1"), ("b", None), ("c", "3")], "user string, v string").coalesce(1)
+    with pytest.raises(PySparkException, match=r"column 'v' \(option 'value'\) is null in row 1 of the task"):
+        df.write.format("controlmsg").mode("append").options(**options(topic, bootstrap_servers, value="v")).save()
+    assert run_status(options(topic, bootstrap_servers)) is None
+    assert [r for r in dump_topic(kafka_config, topic) if r.kind == "data"] == []  # aborted: nothing readable
+    number = spark.createDataFrame([("a", 1)], "user string, v int")
+    with pytest.raises(PySparkException, match="'v' must be a string or binary column"):
+        number.write.format("controlmsg").mode("append").options(**options(topic, bootstrap_servers, value="v")).save()
+    with pytest.raises(PySparkException, match="option 'value': no column 'nope'"):
+        number.write.format("controlmsg").mode("append").options(**options(topic, bootstrap_servers,
+                                                                            value="nope")).save()
 
 
 def test_read_metadata_fields_and_binary_key(spark: SparkSession, bootstrap_servers: str,
