@@ -17,13 +17,60 @@ import orjson
 
 __all__ = [
     "FILE_FORMATS",
+    "NUMBER_TYPES",
     "duration_problems",
     "input_problems",
     "output_problems",
+    "parquet_number_types",
+    "parse_typed_column",
     "positive_problems",
+    "sum_problems",
+    "typed_sums",
 ]
 
 FILE_FORMATS: Final = (".csv", ".json", ".jsonl", ".ndjson", ".parquet")
+NUMBER_TYPES: Final = ("long", "double")
+"""The types a summed column may be declared with (``--sum amount:double``): what SQL SUM gives for
+integral and for fractional input, and so the type of ``sum_<col>``."""
+_NOT_NUMBER_TYPES: Final = frozenset({"bigint", "byte", "decimal", "float", "int", "integer", "number", "real",
+                                      "short", "smallint", "string", "tinyint"})
+
+
+def parse_typed_column(text: str) -> tuple[str, str | None]:
+    """``"amount:double"`` -> ``("amount", "double")``; ``"amount"`` -> ``("amount", None)``.
+
+    Only a last ``:long`` or ``:double`` (:data:`NUMBER_TYPES`) is a type; any other colon is part of the
+    column's name. Raises ``ValueError`` for a suffix that names another type (``:int``, ``:float``...),
+    which would otherwise be taken for part of a name and fail later as an unknown column."""
+    name, sep, suffix = text.rpartition(":")
+    if sep and name:
+        if suffix in NUMBER_TYPES:
+            return name, suffix
+        if suffix.lower() in _NOT_NUMBER_TYPES or suffix.lower() in NUMBER_TYPES:
+            raise ValueError(f"{text}: a summed column is declared long or double (what SUM gives for integral "
+                             f"and fractional input), not {suffix}")
+    return text, None
+
+
+def typed_sums(texts: Sequence[str]) -> dict[str, str | None]:
+    """The ``--sum`` arguments (``COL`` or ``COL:TYPE``, :func:`parse_typed_column`) as name -> declared
+    type or ``None``, in their order. Raises ``ValueError`` for a bad type or a column given twice."""
+    sums: dict[str, str | None] = {}
+    for text in texts:
+        name, typ = parse_typed_column(text)
+        if name in sums:
+            raise ValueError(f"{text}: column {name!r} is given twice")
+        sums[name] = typ
+    return sums
+
+
+def sum_problems(flag: str, texts: Sequence[str]) -> list[str]:
+    """The problems of :func:`typed_sums` as lines for a job's argument checks (``flag`` names them)."""
+    try:
+        typed_sums(texts)
+    except ValueError as exc:
+        return [f"{flag} {exc}"]
+    return []
 
 
 def duration_problems(durations: Sequence[tuple[str, str, bool]]) -> list[str]:
@@ -116,3 +163,38 @@ def _columns(path: Path) -> list[str] | None:
         except Exception:  # unreadable here: the ingest job reports it in Spark's own words
             return None
     return None
+
+
+def parquet_number_types(path: str, columns: Sequence[str]) -> dict[str, str]:
+    """The declared type (``long``/``double``, what SQL SUM gives) of each of ``columns`` that a Parquet
+    input (a ``.parquet`` file, or a directory of ``part-*.parquet`` files as Spark writes them) stores
+    as an integer or a floating-point number in every one of its files, read from the footers alone.
+
+    A column stored as anything else (decimal, string...), missing, or of different types in different
+    files is left out, and so is every column of an input that is not Parquet or cannot be read here:
+    its type then comes from the data, downstream."""
+    source = Path(path)
+    if not source.name.lower().endswith(".parquet") or not source.exists():
+        return {}
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = ([source] if source.is_file() else
+             sorted(f for f in source.iterdir() if f.suffix == ".parquet" and not f.name.startswith((".", "_"))))
+    found: dict[str, set[str | None]] = {c: set() for c in columns}
+    try:
+        schemas = [pq.read_schema(f) for f in files]
+    except Exception:  # unreadable here: the ingest job reports it in Spark's own words
+        return {}
+    for schema in schemas:
+        for column in columns:
+            index = schema.get_field_index(column)
+            dtype = schema.field(index).type if index >= 0 else None
+            found[column].add("long" if dtype is not None and pa.types.is_integer(dtype) else
+                              "double" if dtype is not None and pa.types.is_floating(dtype) else None)
+    types = {}
+    for column, kinds in found.items():
+        kind = kinds.pop() if len(kinds) == 1 else None
+        if kind is not None:
+            types[column] = kind
+    return types

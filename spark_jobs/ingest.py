@@ -16,11 +16,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from controlmsg.spark import run_status
-from spark_jobs.checks import input_problems, output_problems, positive_problems
+from spark_jobs.checks import input_problems, output_problems, positive_problems, sum_problems, typed_sums
 from spark_jobs.common import add_common_options, add_data_headers_option, controlmsg_options, job_logger, run_job
 from spark_jobs.events import EVENT_MS, read_table, split_rejects, top_column, write_table
 
@@ -33,7 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", required=True, help="the key column")
     p.add_argument("--event-time", required=True, help="the event-time column")
     p.add_argument("--topic", required=True, help="the intermediate topic to write")
-    p.add_argument("--carry", action="append", default=[], help="a column to carry (repeatable; default: all)")
+    p.add_argument("--carry", action="append", default=[], metavar="COL[:TYPE]",
+                   help="a column to carry (repeatable; default: all); TYPE long or double: the column is written "
+                        "as that type (an integral column as long; any numeric column as double), as the jobs "
+                        "downstream are told to read it (their --sum COL:TYPE)")
     p.add_argument("--null-value", help="CSV token read as null")
     p.add_argument("--partitions", type=int, default=4, help="topic partitions (created if missing)")
     p.add_argument("--tasks", type=int, default=2, help="upstream write tasks")
@@ -50,10 +54,29 @@ def _rejects_path(args: argparse.Namespace) -> str:
 def check_arguments(args: argparse.Namespace) -> list[str]:
     """What can be checked before Spark starts, one line per problem: the input (exists, not empty, has
     the columns named), the counts, and that the rejects file can be written."""
-    columns = [("--key", args.key), ("--event-time", args.event_time), *[("--carry", c) for c in args.carry]]
-    problems = input_problems("--input", args.input, columns)
+    problems = sum_problems("--carry", args.carry)
+    carried = list(typed_sums(args.carry)) if not problems else []
+    columns = [("--key", args.key), ("--event-time", args.event_time), *[("--carry", c) for c in carried]]
+    problems += input_problems("--input", args.input, columns)
     problems += positive_problems([("--partitions", args.partitions), ("--tasks", args.tasks)])
     return problems + output_problems("--rejects", _rejects_path(args))
+
+
+def _carried(df: DataFrame, column: str, declared: str | None) -> Column:
+    """``column`` as written: as it is, or cast to its ``declared`` type (``long``: the column must be
+    integral; ``double``: numeric). Raises ``ValueError`` naming the column and its type otherwise, before
+    anything is written: a declared type is a promise to the jobs downstream, which parse by it."""
+    col = top_column(column)
+    if declared is None:
+        return col
+    dtype = df.schema[column].dataType
+    fits = isinstance(dtype, T.IntegralType) if declared == "long" else isinstance(dtype, T.NumericType)
+    if not fits:
+        raise ValueError(f"--carry {column}:{declared}: column {column!r} is {dtype.simpleString()} in the input; "
+                         + ("a long column must be integral (declare double for a fractional one)"
+                            if declared == "long" and isinstance(dtype, T.NumericType)
+                            else "a declared column must be numeric"))
+    return col.cast(declared).alias(column)
 
 
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
@@ -61,11 +84,11 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     log = job_logger("ingest")
     df = read_table(spark, args.input, args.null_value)
     good, rejects = split_rejects(df, args.key, args.event_time)
-    carried = args.carry or [c for c in df.columns if c not in (args.key, args.event_time)]
+    carried = typed_sums(args.carry) or {c: None for c in df.columns if c not in (args.key, args.event_time)}
     records = good.select(
         top_column(args.key).cast("string").alias("key"),
         F.col(EVENT_MS).alias("event_ms"),
-        *[top_column(c) for c in carried],
+        *[_carried(df, c, typ) for c, typ in carried.items()],
     ).repartition(args.tasks)
     rejects_path = _rejects_path(args)
     rejects = rejects.cache()

@@ -43,7 +43,16 @@ import orjson
 
 from controlmsg.kafka.admin import add_topic_options, create_topic, topic_settings_from_args
 from controlmsg.kafka.settings import STARTS_LOCAL_BROKER_HELP, add_client_options, write_properties
-from spark_jobs.checks import duration_problems, input_problems, output_problems, positive_problems, topic_problems
+from spark_jobs.checks import (
+    duration_problems,
+    input_problems,
+    output_problems,
+    parquet_number_types,
+    positive_problems,
+    sum_problems,
+    topic_problems,
+    typed_sums,
+)
 from spark_jobs.common import topic_names
 from spark_jobs.stopping import exit_code, signal_name
 
@@ -95,7 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", required=True)
     p.add_argument("--event-time", required=True)
     p.add_argument("--window", required=True, help="e.g. 15m, 1h, 1d")
-    p.add_argument("--sum", action="append", default=[], help="a column to sum (repeatable)")
+    p.add_argument("--sum", action="append", default=[], metavar="COL[:TYPE]",
+                   help="a column to sum (repeatable); TYPE long or double declares its type (ingest writes it "
+                        "as that type, and the jobs downstream parse by it, which is faster). A Parquet input's "
+                        "integer and floating-point columns are declared from its footers by themselves; "
+                        "otherwise the type comes from the data (double when a value has a fraction or an "
+                        "exponent). The bounded pipeline only")
     p.add_argument("--output", required=True, help="CSV, JSON lines or Parquet file (by extension)")
     p.add_argument("--null-value", help="CSV token read as null")
     p.add_argument("--partitions", type=int, default=4, help="partitions of each intermediate topic")
@@ -157,8 +171,9 @@ def _job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str,
               "--log-file", str(run_dir / f"{job}-error.log"), *topic_settings_from_args(args).as_args()]
     for setting in args.spark_conf:
         common += ["--spark-conf", setting]
-    sums = [x for col in args.sum for x in ("--sum", col)]
-    carry = [x for c in args.sum for x in ("--carry", c)]
+    typed = [name if typ is None else f"{name}:{typ}" for name, typ in args.sum_types.items()]
+    sums = [x for col in (args.sum if args.streaming else typed) for x in ("--sum", col)]
+    carry = [x for c in typed for x in ("--carry", c)]
     # The writing jobs get --data-headers false: the pipeline creates both topics, named after its run, so
     # no other run's records can be in them, and the run header on each record cost the 10M pipeline
     # 166 s against 138 s without it (back to back).
@@ -242,8 +257,13 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
     problems += topic_problems(args)
     if not 0 <= args.nice_step <= 19:
         problems.append(f"--nice-step must be between 0 and 19 (nice levels), not {args.nice_step}")
-    if args.input is not None:
-        wanted = [("--key", args.key), ("--event-time", args.event_time), *[("--sum", c) for c in args.sum]]
+    sum_errors = sum_problems("--sum", args.sum)
+    problems += sum_errors
+    if not sum_errors and args.streaming and any(typed_sums(args.sum).values()):
+        problems.append("--sum COL:TYPE: a declared type is for the bounded pipeline (--input); the streaming "
+                        "chain sums each value as the number it is")
+    if args.input is not None and not sum_errors:
+        wanted = [("--key", args.key), ("--event-time", args.event_time), *[("--sum", c) for c in typed_sums(args.sum)]]
         problems += input_problems("--input", args.input, wanted)
     problems += output_problems("--output", args.output)
     return problems
@@ -272,6 +292,10 @@ def run_windowed_count(args: argparse.Namespace) -> int:
     if sorted(order) != sorted(jobs):
         print("--start-order must name each of ingest, window, sink once", file=sys.stderr)
         return 2
+    args.sum_types = typed_sums(args.sum)
+    if args.input is not None:  # what a Parquet input's footers tell, where the command line does not
+        undeclared = [name for name, typ in args.sum_types.items() if typ is None]
+        args.sum_types.update(parquet_number_types(args.input, undeclared))
     run_id = args.run_id or uuid.uuid4().hex[:10]
     config = client_config_from_args(args, start_local=True)
     run_dir = Path(args.run_dir or Path(".controlmsg") / "runs" / run_id)

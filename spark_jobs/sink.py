@@ -10,15 +10,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.checks import output_problems
+from spark_jobs.checks import output_problems, sum_problems, typed_sums
 from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
-from spark_jobs.events import iso_utc, json_columns, top_column, typed_columns, write_table
+from spark_jobs.events import iso_utc, read_parsed, top_column, write_table
 
 __all__ = ["build_parser", "check_arguments", "main", "read_results", "run"]
 
@@ -27,27 +27,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spark_jobs.sink", description=__doc__.split("\n")[0])
     p.add_argument("--input-topic", required=True)
     p.add_argument("--output", required=True, help="CSV, JSON lines or Parquet file (by extension)")
-    p.add_argument("--sum", action="append", default=[], help="a summed column, for the column order")
+    p.add_argument("--sum", action="append", default=[], metavar="COL[:TYPE]",
+                   help="a summed column, for the column order (repeatable); TYPE long or double declares the "
+                        "type of sum_<COL>, which lets the data source parse the results in the reading tasks "
+                        "(faster); without it the type comes from the data")
     add_common_options(p)
     return p
 
 
 def check_arguments(args: argparse.Namespace) -> list[str]:
-    """What can be checked before Spark starts, one line per problem: the output file can be written."""
-    return output_problems("--output", args.output)
+    """What can be checked before Spark starts, one line per problem: the output file can be written, the
+    sums' types."""
+    return output_problems("--output", args.output) + sum_problems("--sum", args.sum)
 
 
-def read_results(spark: SparkSession, options: dict[str, str], sums: Sequence[str]) -> tuple[DataFrame, DataFrame, int]:
+def read_results(spark: SparkSession, options: dict[str, str],
+                 sums: Mapping[str, str | None]) -> tuple[DataFrame, DataFrame, int]:
     """The followed run of the window results topic (``format("controlmsg")`` ``options``), read to end
-    of stream into a cache of parsed rows (the ``sums``, ``sum_<col>``, as their JSON texts), then one
-    pass over the cache that counts them and chooses each sum's type (:func:`typed_columns`). Returns
-    the cache (the caller unpersists it), its rows with the sums typed, and how many there are."""
-    raw = (spark.read.format("controlmsg")
-           .options(**{"maxTasks": str(spark.sparkContext.defaultParallelism), **options}).load())
+    of stream into a cache of parsed rows (:func:`~spark_jobs.events.read_parsed`; ``sums``: each
+    ``sum_<col>`` with its declared type or ``None``). Returns the cache (the caller unpersists it), its
+    rows with the sums typed, and how many there are."""
     known = {"key": "string", "window_start": "long", "window_end": "long", "count": "long"}
-    parsed = json_columns(raw, known, sums).cache()
-    results, rows = typed_columns(parsed, sums)
-    return parsed, results, rows
+    options = {"maxTasks": str(spark.sparkContext.defaultParallelism), **options}
+    return read_parsed(spark, options, known, sums)
 
 
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
@@ -59,7 +61,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     """
     log = job_logger("sink")
     log.info("reading topic %s (run %s) until end of stream", args.input_topic, args.run_id)
-    sums = [f"sum_{c}" for c in args.sum]
+    sums = {f"sum_{c}": typ for c, typ in typed_sums(args.sum).items()}
     parsed, results, rows = read_results(spark, controlmsg_options(args, config, args.input_topic), sums)
     ended_at = time.time()
     out = results.coalesce(1).sortWithinPartitions("key", "window_start").select(

@@ -887,7 +887,27 @@ def _column(values: list[Any], field: pa.Field, records: DataColumns, topic: str
         return _to_arrow(values, field.type)
 
 
+_NONE: Final = type(None)
+_INTEGERS: Final = frozenset({int, _NONE})
+_NUMBERS: Final = frozenset({int, float, _NONE})
+_JSON_KINDS: Final = {float: "a number with a fraction or an exponent", bool: "true or false", str: "a string",
+                      list: "an array", dict: "an object"}
+
+
+def _check_numbers(values: list[Any], dtype: pa.DataType) -> None:
+    """Raise ``TypeError`` when a value of an integer or floating-point field is not a JSON number of
+    that kind. pyarrow would take them: a fraction into an integer type truncated (2.5 as 2), true as 1."""
+    integer = pa.types.is_integer(dtype)
+    kinds = set(map(type, values)) - (_INTEGERS if integer else _NUMBERS)
+    if kinds:
+        wrong = sorted(_JSON_KINDS.get(kind, kind.__name__) for kind in kinds)
+        raise TypeError(f"a value is {' or '.join(wrong)}, not {'an integer' if integer else 'a number'}")
+
+
 def _to_arrow(values: list[Any], dtype: pa.DataType) -> pa.Array:
+    if pa.types.is_integer(dtype) or pa.types.is_floating(dtype):
+        _check_numbers(values, dtype)
+        return pa.array(values, dtype)
     if pa.types.is_timestamp(dtype) or pa.types.is_date(dtype) or pa.types.is_time(dtype):
         return pa.array(values, pa.string()).cast(dtype)
     if pa.types.is_decimal(dtype):

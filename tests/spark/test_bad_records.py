@@ -34,6 +34,10 @@ RECORDS: list[tuple[int, bytes | None, bytes, str | None]] = [
     (1, NOT_UTF8, b'{"n": 4, "s": "\xc3\xa9"}', "the key is not UTF-8 text"),
     (1, b"f", b'{"n": 5}', None),
     (1, b"g", b'{"n": 6, "s": "not utf-8 \xff"}', "the value is not JSON"),
+    # pyarrow alone would take these: 7.5 truncated to 7, true as 1
+    (1, b"h", b'{"n": 7.5, "s": "x"}', "field 'n' does not fit type int64: a value is a number with a fraction "
+                                       "or an exponent, not an integer"),
+    (1, b"i", b'{"n": true, "s": "y"}', "field 'n' does not fit type int64: a value is true or false, not an integer"),
 ]
 
 
@@ -215,7 +219,7 @@ def test_invalid_options_are_refused_with_the_valid_ones(
 def test_a_job_that_fails_says_why_in_two_lines_and_keeps_the_trace(
     bootstrap_servers: str, kafka_config: dict[str, Any], new_topic: Callable[..., str], tmp_path: Path
 ) -> None:
-    """``python -m spark_jobs.sink`` reading a record whose key is not UTF-8 (FAILFAST): its own Spark
+    """``python -m spark_jobs.sink`` reading a record whose value is not JSON (FAILFAST): its own Spark
     application fails; the job ends with the cause (topic, partition, offset) and what to do, the full
     trace goes to --log-file."""
     import os
@@ -223,7 +227,7 @@ def test_a_job_that_fails_says_why_in_two_lines_and_keeps_the_trace(
     import sys
 
     topic = new_topic(1)
-    write_records(kafka_config, topic, [(0, b"k", b'{"key": "a"}', None), (0, NOT_UTF8, b'{"key": "b"}', "key")])
+    write_records(kafka_config, topic, [(0, b"k", b'{"key": "a"}', None), (0, b"k", b'{"key": ', "value")])
     log_file = tmp_path / "sink-error.log"
     proc = subprocess.run(
         [sys.executable, "-m", "spark_jobs.sink", "--input-topic", topic, "--output", str(tmp_path / "out.csv"),
@@ -233,7 +237,7 @@ def test_a_job_that_fails_says_why_in_two_lines_and_keeps_the_trace(
         env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-2:]
-    assert last[0].startswith(f"sink: ReadError: topic '{topic}' partition 0 offset 1: the key is not UTF-8"), last
+    assert last[0].startswith(f"sink: ReadError: topic '{topic}' partition 0 offset 1: the value is not JSON"), last
     assert last[1].startswith("sink: fix or set aside the record") and last[1].endswith(f"full trace in {log_file}")
     trace = log_file.read_text()
-    assert "Traceback" in trace and "offset 1: the key is not UTF-8" in trace
+    assert "Traceback" in trace and "offset 1: the value is not JSON" in trace

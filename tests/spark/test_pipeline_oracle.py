@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql import SparkSession
 
 from spark_jobs import ingest, sink, window_aggregate
@@ -25,14 +26,18 @@ SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clicks.csv"
 
 def run_pipeline_in_session(spark: SparkSession, servers: str, *, input_path: str, key: str, event_time: str,
                             window: str, sums: list[str], output: str, partitions: int, tasks: int,
-                            null_value: str | None = None) -> dict[str, dict[str, Any]]:
+                            null_value: str | None = None,
+                            declared: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """``declared``: the sums given a type (``--sum COL:TYPE`` and ``--carry COL:TYPE``), as the pipeline
+    declares a Parquet input's number columns."""
     run_id = uuid.uuid4().hex[:10]
     events, windows = f"t-{run_id}-events", f"t-{run_id}-windows"
     common = ["--run-id", run_id, "--bootstrap-servers", servers, "--timeout", "120"]
-    sum_args = [x for c in sums for x in ("--sum", c)]
+    typed = [f"{c}:{declared[c]}" if c in (declared or {}) else c for c in sums]
+    sum_args = [x for c in typed for x in ("--sum", c)]
     ingest_args = ["--input", input_path, "--key", key, "--event-time", event_time, "--topic", events,
                    "--partitions", str(partitions), "--tasks", str(tasks), "--rejects", f"{output}.rejects.jsonl",
-                   *[x for c in sums for x in ("--carry", c)], *common]
+                   *[x for c in typed for x in ("--carry", c)], *common]
     if null_value is not None:
         ingest_args += ["--null-value", null_value]
     config = {"bootstrap.servers": servers}
@@ -107,9 +112,12 @@ def test_empty_upstream_tasks(spark: SparkSession, bootstrap_servers: str, tmp_p
     assert assert_matches_oracle(spark, output, **opts) == 2
 
 
-def test_column_names_with_dots_and_backticks(spark: SparkSession, bootstrap_servers: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("declared", [None, {"price.usd": "long", "n`x": "double"}], ids=["inferred", "declared"])
+def test_column_names_with_dots_and_backticks(spark: SparkSession, bootstrap_servers: str, tmp_path: Path,
+                                              declared: dict[str, str] | None) -> None:
     """Columns are named as the input names them: a dot is part of the name, not a struct field, and a
-    backtick is a character like any other, in every job and in the oracle."""
+    backtick is a character like any other, in every job and in the oracle, whether the sums' types come
+    from the data or are declared (then the names go into the data source's schema)."""
     src = tmp_path / "dotted.jsonl"
     src.write_text("\n".join(json.dumps(r) for r in [
         {"user.id": "a", "at.time": "2026-01-01T00:00:01Z", "price.usd": 2, "n`x": 0.5},
@@ -119,7 +127,8 @@ def test_column_names_with_dots_and_backticks(spark: SparkSession, bootstrap_ser
     output = str(tmp_path / "out.jsonl")
     opts: dict[str, Any] = dict(input_path=str(src), key="user.id", event_time="at.time", window="1m",
                                 sums=["price.usd", "n`x"])
-    run_pipeline_in_session(spark, bootstrap_servers, output=output, partitions=2, tasks=2, **opts)
+    run_pipeline_in_session(spark, bootstrap_servers, output=output, partitions=2, tasks=2, declared=declared,
+                            **opts)
     assert assert_matches_oracle(spark, output, **opts) == 2
     rows = [json.loads(line) for line in Path(output).read_text().splitlines()]
     assert [(r["key"], r["count"], r.get("sum_price.usd"), r["sum_n`x"]) for r in rows] == [
@@ -146,6 +155,51 @@ def test_skewed_keys_windows_over_many_days(spark: SparkSession, bootstrap_serve
     run_pipeline_in_session(spark, bootstrap_servers, output=output, partitions=4, tasks=3, **opts)
     rows = assert_matches_oracle(spark, output, **opts)
     assert rows > 45 * 5
+
+
+def test_declared_sums_match_the_oracle_with_their_declared_types(
+        spark: SparkSession, bootstrap_servers: str, tmp_path: Path) -> None:
+    """``x`` (integers) declared long and ``y`` (fractions and nulls) double: the jobs downstream parse by
+    the declaration, the result equals the oracle's, and the sums have the declared types. An integer
+    column declared double is written and summed as double."""
+    src = tmp_path / "events.jsonl"
+    write_events(src, 5_000, days=3, keys=20, seed=5)
+    output = str(tmp_path / "out.parquet")
+    opts: dict[str, Any] = dict(input_path=str(src), key="key", event_time="ts", window="1h", sums=["x", "y", "id"])
+    summary = run_pipeline_in_session(spark, bootstrap_servers, output=output, partitions=3, tasks=2,
+                                      declared={"x": "long", "y": "double", "id": "double"}, **opts)
+    assert summary["window"]["rows_in"] == 5_000
+    assert assert_matches_oracle(spark, output, **opts) > 3 * 24
+    types = {f.name: f.dataType.simpleString() for f in spark.read.parquet(output).schema.fields}
+    assert (types["sum_x"], types["sum_y"], types["sum_id"]) == ("bigint", "double", "double")
+
+
+def test_a_declared_type_the_data_does_not_fit_fails_naming_the_record(
+        spark: SparkSession, bootstrap_servers: str, tmp_path: Path) -> None:
+    """Ingest refuses to write a fractional column as long, before writing anything. A record of another
+    writer whose value does not fit the window job's declared type fails the read, naming topic,
+    partition and offset: never a null in its place."""
+    src = tmp_path / "in.csv"
+    src.write_text("user,ts,amount\nu,2026-01-01T00:00:00Z,1.5\n")
+    with pytest.raises(ValueError, match=r"--carry amount:long: column 'amount' is double in the input; a long "
+                                         r"column must be integral \(declare double for a fractional one\)"):
+        run_pipeline_in_session(spark, bootstrap_servers, input_path=str(src), key="user", event_time="ts",
+                                window="1h", sums=["amount"], output=str(tmp_path / "out.csv"), partitions=1,
+                                tasks=1, declared={"amount": "long"})
+    assert not (tmp_path / "out.csv.rejects.jsonl").exists()
+    run_id = uuid.uuid4().hex[:10]
+    topic = f"t-{run_id}-events"
+    values = ['{"key": "u", "event_ms": 1, "amount": 2}', '{"key": "u", "event_ms": 2, "amount": 2.5}']
+    (spark.createDataFrame([("u", i, v) for i, v in enumerate(values)], "key string, t long, value string")
+     .coalesce(1).write.format("controlmsg").mode("append")
+     .options(topic=topic, runId=run_id, job="other", key="key", eventTime="t", value="value", partitions="1",
+              **{"kafka.bootstrap.servers": bootstrap_servers}).save())
+    args = window_aggregate.build_parser().parse_args(
+        ["--input-topic", topic, "--output-topic", f"t-{run_id}-windows", "--window", "1h", "--sum", "amount:long",
+         "--run-id", run_id, "--bootstrap-servers", bootstrap_servers, "--timeout", "60"])
+    with pytest.raises(Exception, match=rf"topic '{topic}' partition 0 offset 1: field 'amount' does not fit type "
+                                        "int64: a value is a number with a fraction or an exponent, not an integer"):
+        window_aggregate.run(spark, args, {"bootstrap.servers": bootstrap_servers})
 
 
 def test_no_valid_rows_still_ends(spark: SparkSession, bootstrap_servers: str, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs import ingest, sink, window_aggregate
+from spark_jobs.checks import typed_sums
 from spark_jobs.common import failure_lines
 
 KAFKA = ["--bootstrap-servers", "127.0.0.1:1", "--run-id", "r1"]
@@ -49,6 +50,28 @@ def test_window_aggregate(capsys: pytest.CaptureFixture[str]) -> None:
         "python -m spark_jobs.window_aggregate: error: --window: a duration must be above zero, got '0m'",
         "python -m spark_jobs.window_aggregate: error: --partitions -1: must be above 0",
     ]
+
+
+def test_a_summed_column_is_declared_long_or_double(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--sum COL:TYPE`` (and ingest's ``--carry COL:TYPE``): only long and double are types; another
+    type's name is refused, naming what to use; any other colon is part of the column's name."""
+    assert typed_sums(["a", "b:double", "c:long", "d:e", "f:g:long"]) == {
+        "a": None, "b": "double", "c": "long", "d:e": None, "f:g": "long"}
+    wrong = ("a summed column is declared long or double (what SUM gives for integral and fractional input), "
+             "not float")
+    assert errors(capsys, window_aggregate.main, "--input-topic", "a", "--output-topic", "b", "--window", "1h",
+                  "--sum", "x:float") == [f"python -m spark_jobs.window_aggregate: error: --sum x:float: {wrong}"]
+    assert errors(capsys, sink.main, "--input-topic", "a", "--output", str(tmp_path / "out.csv"),
+                  "--sum", "x:long", "--sum", "x:double") == [
+        "python -m spark_jobs.sink: error: --sum x:double: column 'x' is given twice"]
+    source = tmp_path / "in.csv"
+    source.write_text("user,event_time,amount\nu1,1,2\n")
+    assert errors(capsys, ingest.main, "--input", str(source), "--key", "user", "--event-time", "event_time",
+                  "--topic", "t", "--carry", "amount:int") == [
+        f"python -m spark_jobs.ingest: error: --carry amount:int: {wrong.replace('float', 'int')}"]
+    assert ingest.check_arguments(ingest.build_parser().parse_args(
+        ["--input", str(source), "--key", "user", "--event-time", "event_time", "--topic", "t",
+         "--carry", "amount:double", *KAFKA])) == []
 
 
 def test_sink_and_kafka_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from spark_jobs.checks import parquet_number_types
 from spark_jobs.pipeline import build_parser, check_arguments
 
 
@@ -32,3 +37,38 @@ def test_each_problem_is_one_line(tmp_path: Path) -> None:
     assert problems(tmp_path, input_text=None) == [f"--input {tmp_path / 'in.csv'}: no such file or directory"]
     (tmp_path / "out.csv").mkdir()
     assert problems(tmp_path) == [f"--output {tmp_path / 'out.csv'}: is a directory; name the output file"]
+
+
+def test_declared_sums_are_checked_and_the_streaming_chain_takes_none(tmp_path: Path) -> None:
+    assert problems(tmp_path, "--sum", "amount:double") == []
+    assert problems(tmp_path, "--sum", "amount:decimal") == [
+        "--sum amount:decimal: a summed column is declared long or double (what SUM gives for integral and "
+        "fractional input), not decimal"]
+    args = build_parser().parse_args(["windowed-count", "--streaming", "--source-topic", "s", "--key", "user",
+                                      "--event-time", "t", "--window", "1h", "--sum", "amount:long",
+                                      "--output", str(tmp_path / "out.csv")])
+    assert check_arguments(args) == [
+        "--sum COL:TYPE: a declared type is for the bounded pipeline (--input); the streaming chain sums each "
+        "value as the number it is"]
+
+
+def test_a_parquet_inputs_number_columns_are_declared_from_its_footers(tmp_path: Path) -> None:
+    """Integer columns sum to long, floating-point ones to double; a decimal or string column, a column
+    missing, or one typed differently in two part files is left to the data (not declared)."""
+    table = pa.table({"i8": pa.array([1], pa.int8()), "i64": [2], "f32": pa.array([1.5], pa.float32()),
+                      "f64": [2.5], "dec": pa.array([Decimal("1.5")], pa.decimal128(5, 2)), "s": ["x"],
+                      "mixed": [1]})
+    single = tmp_path / "one.parquet"
+    pq.write_table(table, single)
+    columns = ["i8", "i64", "f32", "f64", "dec", "s", "mixed", "nope"]
+    assert parquet_number_types(str(single), columns) == {
+        "i8": "long", "i64": "long", "f32": "double", "f64": "double", "mixed": "long"}
+    parts = tmp_path / "many.parquet"
+    parts.mkdir()
+    pq.write_table(table, parts / "part-00000-a.snappy.parquet")
+    pq.write_table(table.set_column(6, "mixed", pa.array([0.5])), parts / "part-00001-a.snappy.parquet")
+    (parts / "_SUCCESS").write_text("")
+    (parts / ".part-00000-a.snappy.parquet.crc").write_bytes(b"\0")
+    assert parquet_number_types(str(parts), columns) == {"i8": "long", "i64": "long", "f32": "double",
+                                                         "f64": "double"}
+    assert parquet_number_types(str(tmp_path / "in.csv"), columns) == {}
