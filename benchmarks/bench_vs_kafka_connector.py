@@ -392,11 +392,13 @@ class Bench:
         once untimed first (Python workers, imports), then timed."""
         from pyspark.sql import SparkSession
 
+        from spark_jobs.checks import parquet_number_types
         from spark_jobs.sink import read_results
 
         spark = SparkSession.builder.master(self.args.master).appName("bench-last-hop-floor").getOrCreate()
         try:
-            sums = [f"sum_{c}" for c in SUMS]
+            declared = parquet_number_types(str(self.data), SUMS)  # as the pipeline declares them
+            sums = {f"sum_{c}": declared.get(c) for c in SUMS}
             for timed in (False, True):
                 for r in range(self.args.repeat):
                     options = self.controlmsg_options(topic_names(f"{self.prefix}-p{r}")[1], f"{self.prefix}-p{r}")

@@ -56,7 +56,7 @@ from spark_jobs.checks import (
 from spark_jobs.common import topic_names
 from spark_jobs.stopping import exit_code, signal_name
 
-__all__ = ["main"]
+__all__ = ["declared_sums", "main"]
 
 JOB_STOP_GRACE_S: Final = 20.0
 """Seconds a job has to stop after the pipeline's SIGTERM before its process group is SIGKILLed (a job
@@ -171,7 +171,7 @@ def _job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str,
               "--log-file", str(run_dir / f"{job}-error.log"), *topic_settings_from_args(args).as_args()]
     for setting in args.spark_conf:
         common += ["--spark-conf", setting]
-    typed = [name if typ is None else f"{name}:{typ}" for name, typ in args.sum_types.items()]
+    typed = [name if typ is None else f"{name}:{typ}" for name, typ in declared_sums(args).items()]
     sums = [x for col in (args.sum if args.streaming else typed) for x in ("--sum", col)]
     carry = [x for c in typed for x in ("--carry", c)]
     # The writing jobs get --data-headers false: the pipeline creates both topics, named after its run, so
@@ -205,6 +205,16 @@ def _job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str,
     else:
         extra = ["--input-topic", windows, "--output", args.output, *sums]
     return [sys.executable, "-m", f"spark_jobs.{job}", *extra, *common]
+
+
+def declared_sums(args: argparse.Namespace) -> dict[str, str | None]:
+    """Each ``--sum`` column with its type: as declared on the command line (``COL:TYPE``), else as a
+    Parquet input's footers tell (:func:`~spark_jobs.checks.parquet_number_types`), else ``None`` (the
+    jobs take it from the data)."""
+    sums = typed_sums(args.sum)
+    if args.input is not None:
+        sums.update(parquet_number_types(args.input, [name for name, typ in sums.items() if typ is None]))
+    return sums
 
 
 def _stop_jobs(procs: dict[str, subprocess.Popen[bytes]], grace_s: float) -> dict[str, int]:
@@ -292,10 +302,6 @@ def run_windowed_count(args: argparse.Namespace) -> int:
     if sorted(order) != sorted(jobs):
         print("--start-order must name each of ingest, window, sink once", file=sys.stderr)
         return 2
-    args.sum_types = typed_sums(args.sum)
-    if args.input is not None:  # what a Parquet input's footers tell, where the command line does not
-        undeclared = [name for name, typ in args.sum_types.items() if typ is None]
-        args.sum_types.update(parquet_number_types(args.input, undeclared))
     run_id = args.run_id or uuid.uuid4().hex[:10]
     config = client_config_from_args(args, start_local=True)
     run_dir = Path(args.run_dir or Path(".controlmsg") / "runs" / run_id)

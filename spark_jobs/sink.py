@@ -55,9 +55,10 @@ def read_results(spark: SparkSession, options: dict[str, str],
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary.
 
-    The input is read once into a cache of parsed rows, counted and typed in one pass over the cache
-    (:func:`read_results`); one task then sorts them and writes the file (the file is one part file
-    anyway, so a range-partitioned sort would only add a sampling pass and a shuffle).
+    The input is read once into a cache of parsed rows, counted (and the sums whose type is not declared
+    typed) in one pass over the cache (:func:`read_results`); one task then sorts them and writes the file
+    (the file is one part file anyway, so a range-partitioned sort would only add a sampling pass and a
+    shuffle).
     """
     log = job_logger("sink")
     log.info("reading topic %s (run %s) until end of stream", args.input_topic, args.run_id)

@@ -6,7 +6,9 @@ null) per key and window ``[start, start + window)``, and writes one record per 
 output topic, with its own watermarks and end of stream, as the next job's upstream.
 
 Input values: ``{"key", "event_ms", <columns>}`` (what ``ingest`` writes). Output values:
-``{"key", "window_start", "window_end" (epoch ms), "count", "sum_<col>"...}``.
+``{"key", "window_start", "window_end" (epoch ms), "count", "sum_<col>"...}``. A ``--sum COL:long`` or
+``COL:double`` declares the column's type; with every sum declared the input is parsed in the reading
+tasks by that schema (see :func:`spark_jobs.events.read_parsed`), otherwise each type comes from the data.
 """
 
 from __future__ import annotations

@@ -26,8 +26,9 @@ that name (missing: null); ``_partition``, ``_offset`` and ``_key`` are the reco
 the topic in force when the record was read: the watermark at the start of the micro-batch, advanced by
 the control messages read before the record on its own partition, and never above the watermark at the
 micro-batch's end; null until every upstream task has reported on every partition. JSON types map
-directly; timestamp and date fields take ISO-8601 strings, decimals numbers or strings, binary fields
-base64 strings.
+directly (an integer field takes JSON integers only: a fraction or ``true`` does not fit, where pyarrow
+alone would truncate ``2.5`` to ``2``; a floating-point field takes any JSON number); timestamp and date
+fields take ISO-8601 strings, decimals numbers or strings, binary fields base64 strings.
 
 **Bad records** are user records that do not fit the DataFrame: a value that is not JSON or not a JSON
 object, a field that does not fit its type, a key (``_key``/``key`` string) or raw value (``value``

@@ -23,11 +23,22 @@ _JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``controlmsg`` data source with ``spark`` (idempotent). Not needed where Spark finds
-    ``pyspark_controlmsg`` by itself, harmless there."""
+    """Make ``format("controlmsg")`` known to ``spark`` (idempotent). Where Spark has found
+    ``pyspark_controlmsg`` by itself (controlmsg installed, or its checkout on the Python path), that
+    registration stands: registering again would replace it, and Spark logs a warning for that."""
     from controlmsg.spark.datasource import ControlMsgDataSource
 
-    spark.dataSource.register(ControlMsgDataSource)
+    if not _known(spark, ControlMsgDataSource.name()):
+        spark.dataSource.register(ControlMsgDataSource)
+
+
+def _known(spark: SparkSession, name: str) -> bool:
+    """Whether ``spark`` already has a data source ``name``, statically found or registered. ``False``
+    where the JVM session cannot be asked (Spark Connect): registering then is always right."""
+    try:
+        return bool(spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(name))
+    except Exception:  # any failure to ask means: register
+        return False
 
 
 def spark_session(

@@ -222,6 +222,24 @@ def test_spark_finds_the_source_by_itself() -> None:
     assert ControlMsgDataSource.name() == "controlmsg"
 
 
+def test_the_session_helper_keeps_sparks_own_registration() -> None:
+    """``spark_session()`` in a new application: Spark has found the source by itself, so the helper
+    leaves that registration as it is (no "replaced a statically registered data source" warning) and
+    the source is there; a second ``register`` changes nothing either."""
+    import subprocess
+    import sys
+
+    script = ("from controlmsg.spark import register, spark_session\n"
+              "spark = spark_session('local[1]', 'registration', class_archive=False)\n"
+              "register(spark)\n"
+              "print('known', spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists('controlmsg'))\n"
+              "spark.stop()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["known", "True"]
+    assert "replaced a statically registered data source" not in done.stderr
+
+
 def test_secret_options_stay_out_of_the_query_plan(spark: SparkSession, bootstrap_servers: str,
                                                    new_topic: Callable[..., str]) -> None:
     """What the Spark UI and the event log show of a query is its plan: it must not carry the passwords a

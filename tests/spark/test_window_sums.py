@@ -45,6 +45,21 @@ def test_integer_sums_stay_long_and_one_fraction_or_exponent_makes_a_double(spar
     assert got == [("a", 0, HOUR, 2, 5, 4.5, 3.0, None), ("b", HOUR, 2 * HOUR, 2, -3, 14.0, 1e20 + 3, None)]
 
 
+def test_a_declared_type_wins_over_the_data_and_the_others_still_come_from_it(spark: SparkSession) -> None:
+    """Some sums declared, some not (the parse in the JVM then): a declared double stays double over
+    integers, a declared long takes what parses as long, the undeclared one is typed by its data."""
+    records = [{"key": "a", "event_ms": 10, "n": 1, "x": 2, "m": 5},
+               {"key": "a", "event_ms": 20, "n": 4, "x": 2.5, "m": 6}]
+    raw = spark.createDataFrame([(orjson.dumps(r).decode(),) for r in records], "value string")
+    typed, rows = typed_columns(json_columns(raw, {"key": "string", "event_ms": "long"}, ["n", "x", "m"]),
+                                ["n", "x", "m"], {"n": "double", "x": None, "m": "long"})
+    assert rows == 2
+    windows = aggregate_windows(typed, HOUR, ["n", "x", "m"])
+    types = {f.name: f.dataType for f in windows.schema.fields}
+    assert (types["sum_n"], types["sum_x"], types["sum_m"]) == (T.DoubleType(), T.DoubleType(), T.LongType())
+    assert [tuple(r) for r in windows.collect()] == [("a", 0, HOUR, 2, 5.0, 4.5, 11)]
+
+
 def test_no_input_gives_no_windows(spark: SparkSession) -> None:
     assert windows_of(spark, [], ["n"]).count() == 0
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spark_jobs.checks import parquet_number_types
-from spark_jobs.pipeline import build_parser, check_arguments
+from spark_jobs.pipeline import build_parser, check_arguments, declared_sums
 
 
 def problems(tmp_path: Path, *extra: str, input_text: str | None = "user,event_time,amount\nu1,1,2\n") -> list[str]:
@@ -72,3 +72,12 @@ def test_a_parquet_inputs_number_columns_are_declared_from_its_footers(tmp_path:
     assert parquet_number_types(str(parts), columns) == {"i8": "long", "i64": "long", "f32": "double",
                                                          "f64": "double"}
     assert parquet_number_types(str(tmp_path / "in.csv"), columns) == {}
+
+
+def test_the_jobs_get_the_command_lines_types_first_then_the_footers(tmp_path: Path) -> None:
+    source = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"user": ["u"], "t": [1], "a": [1], "b": [2], "c": ["x"]}), source)
+    args = build_parser().parse_args(["windowed-count", "--input", str(source), "--key", "user", "--event-time", "t",
+                                      "--window", "1h", "--output", str(tmp_path / "out.csv"),
+                                      "--sum", "a:double", "--sum", "b", "--sum", "c"])
+    assert declared_sums(args) == {"a": "double", "b": "long", "c": None}
