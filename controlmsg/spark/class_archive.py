@@ -13,10 +13,13 @@ small Spark application in a child process with that option, waits until its JVM
 cache_dir` (``jvm/``); concurrent first starts wait for that one build (a file lock). Every Spark driver
 started through :func:`controlmsg.spark.spark_session` then gets ``-XX:SharedArchiveFile`` with it.
 
-Safety: the archive is named after the pyspark version and installation and the ``java`` executable
-(path and modification time), so another Spark or Java gets another archive. An archive the JVM cannot use
-(another class path, a JDK changed in place) is ignored by the JVM, which then loads classes as usual; its
-CDS log lines are switched off. An archive is taken only once the JVM's own log says it was written whole:
+Safety: the archive is named after the pyspark version and installation, the ``java`` executable (path
+and modification time) and Spark's jars (each one's name, size and modification time, which the JVM checks
+before it maps an archive), so another Spark or Java gets another archive, and so does a Spark installed
+again at the same place (a venv made anew: an archive of the jars it replaced would be ignored by every
+JVM); once that one is built, the archive of the installation it replaced is removed. An archive the JVM
+cannot use all the same (a JDK changed in place) is ignored by the JVM, which then loads classes as usual;
+its CDS log lines are switched off. An archive is taken only once the JVM's own log says it was written whole:
 a truncated archive would crash the JVM that maps it. A build that fails is not retried for a day (a
 ``.failed`` file says why), and no start ever fails because of the archive.
 
@@ -62,15 +65,32 @@ def _java() -> Path | None:
 
 
 def archive_path() -> Path | None:
-    """Where the archive for this pyspark and this ``java`` is (or would be); ``None`` without ``java``."""
+    """Where the archive for this pyspark, its jars and this ``java`` is (or would be); ``None`` without
+    ``java``. The name is ``spark-<version>-<place>-<contents>.jsa``: ``place`` digests where Spark and
+    ``java`` are installed, ``contents`` what is there now (``java``'s and every jar's modification time,
+    the jars' names and sizes)."""
     import pyspark
 
     java = _java()
     if java is None:
         return None
-    identity = f"{pyspark.__version__}|{Path(pyspark.__file__).resolve().parent}|{java}|{java.stat().st_mtime_ns}"
-    digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
-    return cache_dir() / "jvm" / f"spark-{pyspark.__version__}-{digest}.jsa"
+    home = Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent).resolve()
+    place = hashlib.sha256(f"{pyspark.__version__}|{home}|{java}".encode()).hexdigest()[:12]
+    contents = hashlib.sha256(str(java.stat().st_mtime_ns).encode())
+    for jar in sorted((home / "jars").glob("*.jar")):
+        found = jar.stat()
+        contents.update(f"|{jar.name}|{found.st_size}|{found.st_mtime_ns}".encode())
+    return cache_dir() / "jvm" / f"spark-{pyspark.__version__}-{place}-{contents.hexdigest()[:12]}.jsa"
+
+
+def _remove_replaced(path: Path) -> None:
+    """Remove the archives (and their lock and failure files) of the installation ``path``'s replaced:
+    the same version and place (:func:`archive_path`), other contents. No JVM can use them any more."""
+    place = path.stem.rpartition("-")[0]
+    for old in path.parent.glob(f"{place}-*"):
+        if old.stem != path.stem and old.suffix in (".jsa", ".lock", ".failed"):
+            with contextlib.suppress(OSError):
+                old.unlink()
 
 
 def _enabled() -> bool:
@@ -126,6 +146,7 @@ def build_archive(path: Path, timeout: float = _BUILD_TIMEOUT_S) -> bool:
                 return False
             os.replace(partial, path)  # the same file system: whole or not at all
         failed.unlink(missing_ok=True)
+        _remove_replaced(path)
     return True
 
 

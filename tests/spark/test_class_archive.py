@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from controlmsg.spark.class_archive import ENV, archive_path, build_archive, driver_java_options
+from controlmsg.paths import CACHE_ENV
+from controlmsg.spark.class_archive import ENV, _remove_replaced, archive_path, build_archive, driver_java_options
 
 
 def test_the_test_session_driver_runs_with_the_archive(spark: SparkSession) -> None:
@@ -64,3 +65,33 @@ def test_a_failed_build_leaves_no_archive_and_is_not_retried_within_a_day(tmp_pa
     assert build_archive(path) is False
     assert not path.exists() and (failed.stat().st_mtime_ns, failed.read_text()) == before
     assert not [p for p in path.parent.iterdir() if p.name.startswith("build-")]  # the work directory went
+
+
+def test_spark_installed_again_in_place_gets_another_archive_and_the_old_one_goes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A venv made anew at the same path has the same Spark at the same place, but jars the JVM will not
+    map an archive of the old ones for (seen in CI: every driver loaded its classes from the jars again).
+    The archive's name follows the jars, and building the new one removes the replaced one's files."""
+    home = tmp_path / "spark"
+    (home / "jars").mkdir(parents=True)
+    jar = home / "jars" / "spark-core.jar"
+    jar.write_bytes(b"PK")
+    monkeypatch.setenv("SPARK_HOME", str(home))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    first = archive_path()
+    assert first is not None and first.parent == tmp_path / "cache" / "jvm"
+    assert archive_path() == first  # nothing changed: the same archive
+    os.utime(jar, ns=(jar.stat().st_atime_ns, jar.stat().st_mtime_ns + 1_000_000_000))
+    second = archive_path()
+    assert second is not None and second != first
+    assert second.stem.rpartition("-")[0] == first.stem.rpartition("-")[0]  # the same place, other contents
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path / "elsewhere"))
+    other = archive_path()
+    assert other is not None and other.stem.rpartition("-")[0] != first.stem.rpartition("-")[0]
+
+    second.parent.mkdir(parents=True)
+    kept = [second, other, second.parent / "spark-4.3.0-aea81051de766d6a.jsa"]
+    for name in (first, first.with_suffix(".lock"), first.with_suffix(".failed"), *kept):
+        name.write_bytes(b"")
+    _remove_replaced(second)
+    assert sorted(second.parent.iterdir()) == sorted(kept)
