@@ -40,9 +40,9 @@ class _AdminSession:
 
     A client keeps the node its first metadata named as controller (on KRaft, any live broker) and sends
     CreateTopics and DescribeTopics there. When that node dies, the client waits for it ("Failed while
-    waiting for controller: Local: Timed out") until its metadata is next refreshed, five minutes later
-    by default; asking again with the same client fails the same way. A new client bootstraps from the
-    nodes still up and learns a live one.
+    waiting for controller: Local: Timed out") until its metadata is next refreshed, which can take up
+    to five minutes by default; until then, asking again with the same client fails the same way. A new
+    client bootstraps from the nodes still up and learns a live one.
     """
 
     def __init__(self, config: Mapping[str, Any], client: AdminClient | None = None) -> None:

@@ -277,7 +277,7 @@ def test_cluster_topics_are_replicated_and_a_dead_node_is_reported(cluster: Clus
 def test_topic_admin_outlives_the_node_its_client_knew_as_controller(cluster: ClusterHandle) -> None:
     """An admin client sends CreateTopics and DescribeTopics to the node its metadata named controller,
     and waits for that node when it dies (seen in CI: the backfill's ``create_topic`` failed "Failed while
-    waiting for controller" after a node was killed). Every retry asks with a new client."""
+    waiting for controller" after a node was killed). Describes and creates answer with that node still dead."""
     live = _all_nodes_up(cluster)
     config: dict[str, Any] = {"bootstrap.servers": live.bootstrap_servers}
     topic = f"ctrl-{uuid.uuid4().hex[:6]}"
@@ -299,9 +299,11 @@ def test_topic_admin_outlives_the_node_its_client_knew_as_controller(cluster: Cl
                     break
             assert time.monotonic() < deadline, f"the client never lost node {controller}"
             time.sleep(0.2)
+        # The session answers with the node still dead. Whether its first try, with the stale client, already
+        # succeeds depends on when that client next refreshes its metadata (seen in CI both ways); that each
+        # try after a failed one asks with a new client is tests/unit/test_retry.py's.
         session = _AdminSession(config, stale)
         assert _describe(session, topic, timeout=30) == 3
-        assert session.client is not stale
         create_topic(config, f"{topic}-after", 2)  # create and describe, with the node still dead
         assert partition_count(config, f"{topic}-after") == 2
     finally:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
 
+from controlmsg.kafka.admin import _AdminSession
 from controlmsg.kafka.retry import is_retriable, retrying, retrying_transaction
 
 
@@ -102,3 +104,23 @@ def test_a_consumer_error_that_passes_lasts_at_most_its_patience() -> None:
     time.sleep(0.4)  # a quiet gap longer than the patience starts the count afresh
     assert errors.passes(unknown, 2) and errors.passes(unknown, 1)
     assert errors.passed >= 4
+
+
+def test_an_admin_session_asks_each_try_after_a_failed_one_with_a_new_client() -> None:
+    """A client stuck on a dead controller fails the same way until its metadata is refreshed, so every
+    retry asks with a new client; a try that succeeds keeps the client it used. No broker is needed:
+    an AdminClient connects lazily, and the calls here never send."""
+    session = _AdminSession({"bootstrap.servers": "127.0.0.1:9"})
+    first = session.client
+    used: list[AdminClient] = []
+
+    def call(client: AdminClient) -> str:
+        used.append(client)
+        if len(used) < 3:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed while waiting for controller"))
+        return "answered"
+
+    assert session.retrying(call, timeout=5) == "answered"
+    assert used[0] is first and len({id(c) for c in used}) == 3
+    assert session.client is used[-1]
+    assert session.retrying(lambda client: client is used[-1], timeout=5)
