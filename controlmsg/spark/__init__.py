@@ -23,23 +23,30 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from controlmsg.spark.datasource import ControlMsgDataSource
+    from controlmsg.spark.event_time import WATERMARK_COLUMNS, late_records, with_watermark
     from controlmsg.spark.reading import RAW_SCHEMA, EndOfStreamTimeout
     from controlmsg.spark.session import register, spark_session
     from controlmsg.spark.writing import end_stream, run_status
 
 __all__ = [
     "RAW_SCHEMA",
+    "WATERMARK_COLUMNS",
     "ControlMsgDataSource",
     "EndOfStreamTimeout",
     "end_stream",
+    "late_records",
     "register",
     "run_status",
     "spark_session",
+    "with_watermark",
 ]
 
 _WHERE = {
     "ControlMsgDataSource": "controlmsg.spark.datasource",
     "RAW_SCHEMA": "controlmsg.spark.reading",
+    "WATERMARK_COLUMNS": "controlmsg.spark.event_time",
+    "with_watermark": "controlmsg.spark.event_time",
+    "late_records": "controlmsg.spark.event_time",
     "EndOfStreamTimeout": "controlmsg.spark.reading",
     "register": "controlmsg.spark.session",
     "spark_session": "controlmsg.spark.session",

@@ -88,6 +88,7 @@ from controlmsg.spark.options import BadRecordMode, ReadOptions
 from controlmsg.spark.progress import Progress
 
 __all__ = [
+    "END_OF_TIME_MS",
     "RAW_SCHEMA",
     "BatchReader",
     "EndOfStreamTimeout",
@@ -102,6 +103,10 @@ _META_PARTITION: Final = "_partition"
 _META_OFFSET: Final = "_offset"
 _META_KEY: Final = "_key"
 _META_WATERMARK: Final = "_watermark"
+_META_CONTROL: Final = "_control"
+END_OF_TIME_MS: Final = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z, Spark's largest timestamp in ms: the ``_watermark`` of the end of stream (the
+protocol's +infinity, :data:`~controlmsg.core.messages.MAX_TIMESTAMP`, is no timestamp Spark can hold)."""
 _POLL_S: Final = 0.1  # consume() waits for a whole batch or this: short polls keep a small stream moving
 _OFFSETS_FORMAT: Final = 1
 
@@ -154,6 +159,13 @@ def _builder(schema: StructType, opts: ReadOptions) -> tuple[Builder, bool]:
             f"be lost: declare the column in the schema ('{opts.corrupt_column} string', or binary; see the option "
             "columnNameOfCorruptRecord)" + (" next to the JSON fields; without a schema, read key and value as "
                                             "binary and no record is bad" if raw else ""))
+    if _META_CONTROL in names:
+        if not pa.types.is_boolean(arrow_schema.field(_META_CONTROL).type):
+            raise ValueError(f"the field '{_META_CONTROL}' marks the rows that carry only a watermark: declare it "
+                             f"boolean, not {schema[_META_CONTROL].dataType.simpleString()}")
+        if _META_WATERMARK not in names:
+            raise ValueError(f"the field '{_META_CONTROL}' marks rows that carry only a '{_META_WATERMARK}': "
+                             f"declare '{_META_WATERMARK} timestamp' too")
     policy = _Policy(opts.mode, corrupt, binary)
     if raw:
         return _raw_builder(arrow_schema, policy), False
@@ -167,9 +179,10 @@ class BatchReader(DataSourceReader):
     """``spark.read.format("controlmsg")``: see the module docstring."""
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
-        if _META_WATERMARK in schema.fieldNames():
-            raise ValueError("the field '_watermark' is filled by readStream only; a batch read ends at end of "
-                             "stream, where every window can close")
+        for name in (_META_WATERMARK, _META_CONTROL):
+            if name in schema.fieldNames():
+                raise ValueError(f"the field '{name}' is filled by readStream only; a batch read ends at end of "
+                                 "stream, where every window can close")
         _builder(schema, options)  # refuse a schema that cannot be built, at planning time
         self.opts = options
         self.schema = schema
@@ -252,27 +265,34 @@ def _mark(ts: int | None) -> str:
 
 class StreamRange(InputPartition):
     """One micro-batch task's share: partitions with their ``[start, end)`` offsets, the bookkeeping at
-    the micro-batch's start and the watermark at its end (``None``: undefined)."""
+    the micro-batch's start and the watermark at its end (``None``: undefined); ``tick``, when not
+    ``None``, is the ``_watermark`` of the one watermark row this task adds after its records."""
 
     def __init__(self, ranges: Sequence[tuple[int, int, int]], bookkeeping: dict[str, Any],
-                 end_watermark: int | None) -> None:
+                 end_watermark: int | None, tick: int | None = None) -> None:
         super().__init__(tuple(ranges))
         self.ranges = tuple(ranges)
         self.bookkeeping = bookkeeping
         self.end_watermark = end_watermark
+        self.tick = tick
 
 
 @dataclass
 class _Scan:
-    """The driver's reading position: next offset per partition and the bookkeeping there."""
+    """The driver's reading position: next offset per partition and the bookkeeping there; ``settle``:
+    the micro-batch that ended here moved the watermark, and the next one is to read nothing (below)."""
 
     positions: dict[int, int]
     tracker: InputTracker
+    settle: bool = False
 
     def offset(self) -> dict[str, Any]:
-        return {"format": _OFFSETS_FORMAT,
-                "offsets": {str(p): o for p, o in sorted(self.positions.items())},
-                "bookkeeping": self.tracker.snapshot()}
+        out = {"format": _OFFSETS_FORMAT,
+               "offsets": {str(p): o for p, o in sorted(self.positions.items())},
+               "bookkeeping": self.tracker.snapshot()}
+        if self.settle:
+            out["settle"] = True
+        return out
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -282,6 +302,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = options
         self.schema = schema
         _builder(schema, options)  # refuse a schema that cannot be built, at planning time
+        self._ticks = _META_CONTROL in schema.fieldNames()
         self._available_now = False
         self._started = time.monotonic()
         self._consumer: Consumer | None = None
@@ -306,9 +327,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         scan = self._resume(start)
+        if scan.settle:
+            # The last micro-batch moved Spark's watermark (its watermark row). Spark applies a watermark in
+            # the micro-batch after the one that moved it; under availableNow the next call below may wait
+            # for the upstream, or end the query, first. So one micro-batch that reads nothing comes now.
+            scan.settle = False
+            return scan.offset()
         if scan.tracker.is_ended:
             return start
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        before = (scan.tracker.emitted_watermark, scan.tracker.is_ended)
         while True:
             moved = self._advance(scan, max_rows)
             if moved or not self._available_now or scan.tracker.is_ended:
@@ -316,15 +344,22 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # AvailableNow ends the query when no offset moves; a controlmsg run is available up to its
             # end of stream, so wait for the upstream instead (or fail after `timeout`).
             self._check_deadline(scan)
-        return scan.offset() if moved else start
+        if not moved:
+            return start
+        scan.settle = (self._ticks and self._available_now
+                       and before != (scan.tracker.emitted_watermark, scan.tracker.is_ended))
+        return scan.offset()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, stop = _positions(start), _positions(end)
         moved = [p for p in sorted(stop) if stop[p] != begin.get(p, OFFSET_BEGINNING)]
         end_wm = end["bookkeeping"].get("emittedWatermark")
-        return [StreamRange([(p, begin.get(p, OFFSET_BEGINNING), stop[p]) for p in group], start["bookkeeping"],
-                            end_wm)
-                for group in _groups(moved, self.opts)]
+        ranges = [StreamRange([(p, begin.get(p, OFFSET_BEGINNING), stop[p]) for p in group], start["bookkeeping"],
+                              end_wm)
+                  for group in _groups(moved, self.opts)]
+        if self._ticks and ranges:
+            ranges[0].tick = _tick(start["bookkeeping"], end["bookkeeping"])
+        return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, StreamRange)
@@ -362,7 +397,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"has {sorted(positions)}: adding partitions to a topic in the middle of a run is not supported")
         tracker = InputTracker.restore(start["bookkeeping"], self.opts.run_id)
         tracker.topic = self.opts.topic
-        scan = _Scan(positions, tracker)
+        scan = _Scan(positions, tracker, bool(start.get("settle")))
         self._seek(scan)
         self._scan = scan
         return scan
@@ -538,9 +573,35 @@ def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Ite
             if batch is not None:
                 yield batch
         aside.finish()
+        if part.tick is not None:
+            yield _tick_batch(schema, part.tick)
     finally:
         aside.close()
         consumer.close()
+
+
+def _tick(start: dict[str, Any], end: dict[str, Any]) -> int | None:
+    """The watermark row's ``_watermark`` for a micro-batch from bookkeeping snapshot ``start`` to ``end``:
+    :data:`END_OF_TIME_MS` when the stream ended in it, the end's watermark when it moved, else ``None``
+    (no row)."""
+    if end.get("streamEnded"):
+        return None if start.get("streamEnded") else END_OF_TIME_MS
+    wm = end.get("emittedWatermark")
+    return wm if wm is not None and wm != start.get("emittedWatermark") else None
+
+
+def _tick_batch(schema: StructType, watermark: int) -> pa.RecordBatch:
+    """One watermark row: ``_control`` true, ``_watermark`` set, every other field null."""
+    arrow_schema = _arrow_schema(schema)
+    arrays = []
+    for field in arrow_schema:
+        if field.name == _META_CONTROL:
+            arrays.append(pa.array([True]))
+        elif field.name == _META_WATERMARK:
+            arrays.append(pa.array([watermark], pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(field.type))
+        else:
+            arrays.append(pa.nulls(1, field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
 def _capped(mark: int | None, cap: int | None) -> int | None:
@@ -842,6 +903,9 @@ def _json_builder(schema: pa.Schema, policy: _Policy) -> Builder:
                 values = texts
             elif name == _META_WATERMARK and marks is not None:
                 arrays.append(pa.array(marks, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(field.type))
+                continue
+            elif name == _META_CONTROL:
+                arrays.append(pa.repeat(False, len(records)))
                 continue
             else:
                 values = list(map(get, objects, repeat(name)))

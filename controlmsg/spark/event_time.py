@@ -1,0 +1,132 @@
+"""Spark's own event-time operators on the reconciled watermark: :func:`with_watermark`.
+
+A streaming DataFrame read with ``format("controlmsg")`` and a schema that declares
+:data:`WATERMARK_COLUMNS` (``_watermark timestamp, _control boolean``) carries the topic's reconciled
+watermark in two ways: every record's ``_watermark`` (the watermark in force when it was read), and one
+*watermark row* (``_control`` true, every other field null) after each micro-batch in which the watermark
+moved or the stream ended (``_watermark`` then is :data:`~controlmsg.spark.reading.END_OF_TIME_MS`).
+
+:func:`with_watermark` turns that into Spark's own watermark on the event-time column, so that
+``groupBy(window(ts, ...))`` in append mode, ``applyInPandasWithState`` with event-time timeouts and
+``transformWithStateInPandas`` with event-time timers close on the reconciled watermark, not on Spark's
+guess (largest event time seen minus a delay). How, in Spark's terms (checked on pyspark 4.2 and 4.3 by
+``tests/spark/test_event_time.py``):
+
+1. ``withWatermark`` is put on a copy of ``_watermark`` with no delay, so Spark's ``EventTimeWatermark``
+   node tracks ``max(_watermark)``: the reconciled watermark, which never goes back. Watermark rows reach
+   the node, so a micro-batch of control messages alone moves Spark's watermark, and Spark's following
+   no-data micro-batch closes the windows it allows.
+2. One filter above the node drops the watermark rows and the *late* rows (event time below the
+   ``_watermark`` they were read with: their own upstream task had already promised to be past them). The
+   filter is made non-deterministic (``spark_partition_id() >= 0``, always true), and Spark's optimizer
+   neither pushes a non-deterministic filter below the watermark node nor combines the user's later
+   filters with it: nothing can drop a watermark row before the node counts it. This relies on Spark's
+   optimizer rules ``PushPredicateThroughNonJoin`` and ``CombineFilters`` (deterministic predicates only).
+3. The event-time column is re-aliased with the metadata ``spark.watermarkDelayMs = 0``, the key Spark's
+   analyzer and stateful operators read to find the watermarked column: window aggregations accept append
+   mode, evict a window when Spark's watermark passes its end, and their late-row filter compares event
+   times with Spark's watermark. This relies on Spark's metadata key (``EventTimeWatermark.delayKey``).
+
+Why nothing is dropped by Spark: Spark's watermark in a micro-batch is the largest ``_watermark`` of the
+micro-batches before it, and the reader never gives a record a ``_watermark`` below the watermark at the
+start of its micro-batch; a kept row's event time is at least its ``_watermark``, so it is at least Spark's
+watermark, and Spark neither drops it nor finds its window already emitted. Late rows are counted in the
+query's progress (``observedMetrics[<metrics_name>]["late_rows"]``, with ``watermark_rows``) and can be
+written to a side output by a second query over :func:`late_records`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, TimestampNTZType, TimestampType
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["WATERMARK_COLUMNS", "late_records", "with_watermark"]
+
+WATERMARK_COLUMNS: Final = "_watermark timestamp, _control boolean"
+"""The fields to add to a ``readStream.format("controlmsg")`` schema for :func:`with_watermark`."""
+
+_WATERMARK: Final = "_watermark"
+_CONTROL: Final = "_control"
+_TRACKED: Final = "_controlmsg_watermark"
+_DELAY_KEY: Final = "spark.watermarkDelayMs"  # Spark's EventTimeWatermark.delayKey
+
+
+def with_watermark(df: DataFrame, event_time: str, *, metrics_name: str = "controlmsg") -> DataFrame:
+    """``df`` with Spark's watermark on ``event_time`` set to the reconciled watermark of the topic.
+
+    ``df`` is a streaming DataFrame of ``format("controlmsg")`` whose schema declares
+    :data:`WATERMARK_COLUMNS`; ``event_time`` one of its timestamp columns. The result has ``df``'s columns
+    but ``_control``, and only its data rows that are not late (see the module docstring); use it as one
+    would use ``df.withWatermark(event_time, ...)``: window aggregations in append mode emit each window
+    once, when the reconciled watermark passes its end, and event-time timers fire on it.
+
+    Each micro-batch's counts go to the query's progress as the observed metric ``metrics_name``
+    (``late_rows``: rows dropped as late; ``watermark_rows``: watermark rows taken out). Give each
+    ``with_watermark`` of one query its own name.
+
+    Raises:
+        ValueError: ``df`` lacks ``_watermark`` / ``_control`` or ``event_time``, or their types are not
+            timestamp / boolean / timestamp.
+    """
+    _check(df, event_time)
+    tracked = df.withColumn(_TRACKED, F.col(_WATERMARK)).withWatermark(_TRACKED, "0 seconds")
+    mark = F.col(_TRACKED)
+    control = F.coalesce(F.col(_CONTROL), F.lit(False))
+    late = ~control & _late(F.col(event_time), mark)
+    observed = tracked.observe(
+        metrics_name,
+        F.count(F.when(late, True)).alias("late_rows"),
+        F.count(F.when(control, True)).alias("watermark_rows"),
+    )
+    # Every conjunct names the tracked column, and the whole is non-deterministic: Spark pushes none of it,
+    # and no later filter of the user's, below the watermark node (see the module docstring).
+    kept = observed.where((~control | mark.isNull()) & ~F.coalesce(late, F.lit(False))
+                          & (F.spark_partition_id() >= 0))
+    columns = [_as_watermarked(event_time) if name == event_time else F.col(_quoted(name))
+               for name in df.columns if name != _CONTROL]
+    return kept.select(*columns)
+
+
+def late_records(df: DataFrame, event_time: str) -> DataFrame:
+    """The rows of ``df`` that :func:`with_watermark` drops as late (event time below their ``_watermark``),
+    with ``_watermark``: start a second query over it to keep them (a side output), e.g. to a Parquet
+    directory or a dead-letter topic. Same arguments and checks as :func:`with_watermark`."""
+    _check(df, event_time)
+    control = F.coalesce(F.col(_CONTROL), F.lit(False))
+    late = ~control & _late(F.col(event_time), F.col(_WATERMARK))
+    return df.where(F.coalesce(late, F.lit(False))).drop(_CONTROL)
+
+
+def _late(ts: Column, mark: Column) -> Column:
+    """True when ``ts`` is below ``mark``; null when either is null (an undefined watermark drops nothing)."""
+    return ts < mark
+
+
+def _as_watermarked(event_time: str) -> Column:
+    return F.col(_quoted(event_time)).alias(event_time, metadata={_DELAY_KEY: 0})
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _check(df: DataFrame, event_time: str) -> None:
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    missing = [name for name in (_WATERMARK, _CONTROL) if name not in fields]
+    if missing:
+        raise ValueError(f"with_watermark needs the fields {missing} of a controlmsg stream: read with a schema "
+                         f"that ends with '{WATERMARK_COLUMNS}' (controlmsg.spark.WATERMARK_COLUMNS)")
+    if not isinstance(fields[_WATERMARK], TimestampType) or not isinstance(fields[_CONTROL], BooleanType):
+        raise ValueError(f"with_watermark needs '{WATERMARK_COLUMNS}', the schema has '_watermark "
+                         f"{fields[_WATERMARK].simpleString()}, _control {fields[_CONTROL].simpleString()}'")
+    if event_time not in fields:
+        raise ValueError(f"with_watermark: no column {event_time!r} in {sorted(fields)}")
+    if not isinstance(fields[event_time], TimestampType | TimestampNTZType):
+        raise ValueError(f"with_watermark: the event-time column {event_time!r} is "
+                         f"{fields[event_time].simpleString()}; Spark's event-time operators need a timestamp")
