@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SCHEMA = f"user string, ts timestamp, amount long, {WATERMARK_COLUMNS}"
 TASKS = ("fast-0", "fast-1", "slow")
+OUT_SCHEMA = "window struct<start: timestamp, end: timestamp>, user string, n long, total long"
 
 
 def at(minutes: float) -> int:
@@ -78,7 +79,7 @@ class Upstream:
 def windows(spark: SparkSession, path: Path) -> Counter[tuple[datetime, str]]:
     if not (path / "_spark_metadata").exists():
         return Counter()
-    rows = spark.read.parquet(str(path)).collect()
+    rows = spark.read.schema(OUT_SCHEMA).parquet(str(path)).collect()
     out: Counter[tuple[datetime, str]] = Counter()
     for r in rows:
         key = (r["window"]["start"], r["user"])
@@ -94,9 +95,12 @@ def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
         time.sleep(0.3)
 
 
+def stream(spark: SparkSession, topic: str, servers: str) -> DataFrame:
+    return spark.readStream.format("controlmsg").options(**options(topic, servers, timeout="300")).schema(SCHEMA).load()
+
+
 def hourly(spark: SparkSession, topic: str, servers: str) -> DataFrame:
-    ev = spark.readStream.format("controlmsg").options(**options(topic, servers)).schema(SCHEMA).load()
-    return (with_watermark(ev, "ts").groupBy(F.window("ts", "1 hour"), "user")
+    return (with_watermark(stream(spark, topic, servers), "ts").groupBy(F.window("ts", "1 hour"), "user")
             .agg(F.count("*").alias("n"), F.sum("amount").alias("total")))
 
 
@@ -127,8 +131,7 @@ def test_windows_close_on_the_reconciled_watermark_with_the_slow_tasks_records(
     up.records("slow", range(1, 30, 5))
     up.watermark("slow", 30)
     query = start_hourly(spark, topic, bootstrap_servers, out, checkpoint)
-    side = (late_records(spark.readStream.format("controlmsg").options(**options(topic, bootstrap_servers))
-                         .schema(SCHEMA).load(), "ts")
+    side = (late_records(stream(spark, topic, bootstrap_servers), "ts")
             .writeStream.format("parquet").option("path", str(tmp_path / "late"))
             .option("checkpointLocation", str(tmp_path / "ck-late")).trigger(availableNow=True).start())
     try:
@@ -142,14 +145,7 @@ def test_windows_close_on_the_reconciled_watermark_with_the_slow_tasks_records(
         up.watermark("slow", 150)
         expected = up.expected()
         first_two = {k: n for k, n in expected.items() if k[0] < datetime(2026, 1, 1, 2)}
-        try:
-            wait_for(lambda: windows(spark, out) == first_two, 60, "the windows before 02:00, in full")
-        except AssertionError:
-            print("GOT", sorted(windows(spark, out).items()))
-            print("WANT", sorted(first_two.items()))
-            for p in query.recentProgress:
-                print(p["batchId"], p["numInputRows"], p["eventTime"], p.get("observedMetrics"), [op["numRowsDroppedByWatermark"] for op in p["stateOperators"]])
-            raise
+        wait_for(lambda: windows(spark, out) == first_two, 60, "the windows before 02:00, in full")
 
         # Control messages alone: the slow task moves to 03:30, so the reconciled watermark is 03:00.
         up.watermark("slow", 210)
@@ -173,3 +169,89 @@ def test_windows_close_on_the_reconciled_watermark_with_the_slow_tasks_records(
     finally:
         for q in (query, side):
             q.stop()
+
+
+def test_event_time_timers_of_apply_in_pandas_with_state_fire_on_the_reconciled_watermark(
+        spark: SparkSession, bootstrap_servers: str, upstream: tuple[Upstream, str], tmp_path: Path) -> None:
+    """Per user, a count that an event-time timer emits 30 minutes after the user's latest event: the
+    slow task's records are in the counts, and a timer fires on a control message alone."""
+    import pandas as pd
+    from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
+
+    def count_until_quiet(key: tuple[str], frames: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
+        if state.hasTimedOut:
+            (n,) = state.get
+            state.remove()
+            yield pd.DataFrame({"user": [key[0]], "n": [n]})
+            return
+        n = state.get[0] if state.exists else 0
+        latest = 0
+        for frame in frames:
+            n += len(frame)
+            latest = max(latest, int(frame["ts"].max().timestamp() * 1000))
+        state.update((n,))
+        state.setTimeoutTimestamp(max(latest + 30 * 60_000, state.getCurrentWatermarkMs() + 1))
+
+    up, topic = upstream
+    up.records("fast-0", range(0, 60, 6))
+    up.records("fast-1", range(2, 60, 9))
+    up.watermark("fast-0", 200)
+    up.watermark("fast-1", 200)
+    up.records("slow", range(1, 20, 4))
+    up.watermark("slow", 20)
+    counts = (with_watermark(stream(spark, topic, bootstrap_servers), "ts").groupBy("user")
+              .applyInPandasWithState(count_until_quiet, "user string, n long", "n long", "append",
+                                      GroupStateTimeout.EventTimeTimeout))
+    emitted: dict[str, int] = {}
+
+    def keep(df: DataFrame, _batch: int) -> None:
+        for r in df.collect():
+            assert r["user"] not in emitted, f"user {r['user']} emitted twice"
+            emitted[r["user"]] = r["n"]
+
+    query = (counts.writeStream.outputMode("append").foreachBatch(keep)
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    try:
+        wait_for(lambda: query.lastProgress is not None and query.lastProgress["numInputRows"] > 0, 60,
+                 "the first micro-batch")
+        time.sleep(2)
+        assert emitted == {}, "no timer may fire before the slow task passes it"
+        up.records("slow", range(21, 70, 3))  # within the users' 30 quiet minutes of the fast tasks' events
+        up.watermark("slow", 120)  # every user's latest event is before 01:10: every timer is due at 01:40
+        want = Counter(user for user, _ in up.sent)
+        wait_for(lambda: emitted == dict(want), 60, "every user's count, fired by a watermark alone")
+        up.end()
+        query.awaitTermination(120)
+        assert not query.isActive and query.exception() is None
+        assert emitted == dict(want)
+    finally:
+        query.stop()
+
+
+def test_a_restart_from_the_checkpoint_writes_no_window_twice_and_keeps_the_watermark(
+        spark: SparkSession, bootstrap_servers: str, upstream: tuple[Upstream, str], tmp_path: Path) -> None:
+    up, topic = upstream
+    out, checkpoint = tmp_path / "out", tmp_path / "ck"
+    for task in TASKS:
+        up.records(task, range(TASKS.index(task), 150, 5))
+        up.watermark(task, 150)
+    query = start_hourly(spark, topic, bootstrap_servers, out, checkpoint)
+    closed = {k: n for k, n in up.expected().items() if k[0] < datetime(2026, 1, 1, 2)}
+    try:
+        wait_for(lambda: windows(spark, out) == closed, 60, "the windows before 02:00")
+    finally:
+        query.stop()
+    before = query.lastProgress["eventTime"]["watermark"]
+
+    for task in TASKS:
+        up.records(task, range(150 + TASKS.index(task), 300, 5))
+    up.end()
+    again = start_hourly(spark, topic, bootstrap_servers, out, checkpoint)
+    try:
+        again.awaitTermination(120)
+        assert not again.isActive and again.exception() is None
+    finally:
+        again.stop()
+    assert windows(spark, out) == up.expected(), "every window once, across the restart"
+    marks = [p["eventTime"]["watermark"] for p in again.recentProgress if "watermark" in p["eventTime"]]
+    assert marks and min(marks) >= before, f"the watermark went back: {before} then {marks}"
