@@ -1,6 +1,6 @@
 """Graceful stop of the streaming jobs (and of the pipeline that runs them): SIGTERM and SIGINT.
 
-The contract (README "Streaming", docs/STREAMING.md "Stopping"):
+The contract (docs/STREAMING.md, "Running the streaming chain" and "Stopping"):
 
 * On the first SIGTERM or SIGINT a job stops at a commit: each long-running task commits what it has
   read (a transaction holding its output, its watermark and its input offsets or state), or, if it

@@ -1,5 +1,5 @@
 """docker-compose.yml cannot be run here (no Docker engine on our machines). What can be checked is
-checked: it parses, has the services the README names, its ports and addresses agree with the README, and
+checked: it parses, has the services docs/DOCKER.md names, its ports and addresses agree with that page, and
 its brokers' settings are the ones ``controlmsg broker start`` (one node) and ``--brokers 3`` (profile
 "cluster") start their brokers with, read from the same code (``controlmsg.testing.broker``)."""
 
@@ -19,16 +19,17 @@ def compose() -> dict[str, Any]:
     return doc
 
 
-def test_services_and_ports_agree_with_readme() -> None:
+def test_services_and_ports_agree_with_the_docker_page() -> None:
     services = compose()["services"]
-    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "DOCKER.md").read_text()
+    assert "(docs/DOCKER.md)" in (ROOT / "README.md").read_text()  # the README sends Docker users there
     assert set(services) == {"kafka", "kafka-1", "kafka-2", "kafka-3", "spark-master", "spark-worker"}
     assert all(services[f"kafka-{i}"]["profiles"] == ["cluster"] for i in (1, 2, 3))
-    assert "docker compose --profile cluster up -d kafka-1 kafka-2 kafka-3" in readme
+    assert "docker compose --profile cluster up -d kafka-1 kafka-2 kafka-3" in page
     assert [services[f"kafka-{i}"]["ports"] for i in (1, 2, 3)] == [[f"{p}:{p}"] for p in (9192, 9193, 9194)]
-    assert "9092:9092" in services["kafka"]["ports"] and "localhost:9092" in readme
-    assert "7077:7077" in services["spark-master"]["ports"] and "spark://spark-master:7077" in readme
-    assert "kafka:19092" in readme
+    assert "9092:9092" in services["kafka"]["ports"] and "localhost:9092" in page
+    assert "7077:7077" in services["spark-master"]["ports"] and "spark://spark-master:7077" in page
+    assert "kafka:19092" in page
     assert "spark://spark-master:7077" in services["spark-worker"]["command"]
 
 
