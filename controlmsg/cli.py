@@ -402,8 +402,8 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
         print(f"refused: run {run} is live, nothing deleted: {live[0]}{more}", file=sys.stderr)
         return EXIT_REFUSED
     if open_ends:
-        print(f"refused: run {run} has not ended, nothing deleted: {'; '.join(open_ends)} (the same command with "
-              f"--run-id {run} resumes it; --force deletes it anyway)", file=sys.stderr)
+        print(f"refused: run {run} has not ended, nothing deleted: {'; '.join(open_ends)} (stopped or failed: its "
+              f"jobs started again with --run-id {run} resume it; --force deletes it anyway)", file=sys.stderr)
         return EXIT_REFUSED
     from controlmsg.kafka.cleanup import delete_run
 

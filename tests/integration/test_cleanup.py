@@ -170,8 +170,8 @@ def test_a_run_that_has_not_ended_is_refused_unless_forced(
     code, out, err = cleanup(bootstrap_servers, runs_dir, run, "--delete", capsys=capsys)
     assert code == EXIT_REFUSED
     assert err == [f"refused: run {run} has not ended, nothing deleted: topic {events} partition(s) 0, 1 have not "
-                   f"reached end of stream (the same command with --run-id {run} resumes it; --force deletes it "
-                   "anyway)"]
+                   f"reached end of stream (stopped or failed: its jobs started again with --run-id {run} resume it; "
+                   "--force deletes it anyway)"]
     assert_untouched(kafka_config, run, runs_dir)
     code, out, err = cleanup(bootstrap_servers, runs_dir, run, "--delete", "--force", capsys=capsys)
     assert code == EXIT_OK, err
