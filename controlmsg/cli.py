@@ -1,4 +1,4 @@
-"""The ``controlmsg`` command: a local broker, and writing, reading and inspecting intermediate topics.
+"""The ``controlmsg`` command: a local broker; writing, reading, inspecting and cleaning up after runs.
 
 Exit codes: 0 success (for ``consume``: end of stream), 1 usage or environment error, 2 protocol error
 (stderr names topic, partition, offset and reason), 3 ``consume --timeout`` passed before end of
