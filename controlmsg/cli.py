@@ -1,8 +1,9 @@
-"""The ``controlmsg`` command: a local broker, and writing, reading and inspecting intermediate topics.
+"""The ``controlmsg`` command: a local broker; writing, reading, inspecting and cleaning up after runs.
 
 Exit codes: 0 success (for ``consume``: end of stream), 1 usage or environment error, 2 protocol error
 (stderr names topic, partition, offset and reason), 3 ``consume --timeout`` passed before end of
-stream, 130 interrupted.
+stream, 4 ``cleanup --delete`` refused (the run is live, or has not ended and ``--force`` was not given;
+nothing was deleted), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_PROTOCOL = 2
 EXIT_TIMEOUT = 3
+EXIT_REFUSED = 4
 EXIT_INTERRUPTED = 130
 
 
@@ -361,6 +363,56 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_PROTOCOL if report.errors else EXIT_OK
 
 
+# ---------------------------------------------------------------------------------------------- cleanup
+
+
+def _cmd_cleanup(args: argparse.Namespace) -> int:
+    from controlmsg.kafka.cleanup import describe_run, find_run, live_signs, unended
+
+    conf = _bootstrap(args)
+    run = args.run_id
+    try:
+        found = find_run(conf, run, runs_dir=Path(args.runs_dir), timeout=args.timeout)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if found.empty:
+        print(f"run {run}: nothing found (no topic named after it, no consumer group of its writers, no "
+              f"{Path(args.runs_dir) / run})", file=sys.stderr)
+        return EXIT_OK
+    for line in describe_run(found):
+        print(line)
+    live = live_signs(conf, found, timeout=args.timeout)
+    # A live run's topics are still being written: whether it has ended says nothing yet.
+    open_ends = [] if live or (args.delete and args.force) else unended(conf, found, timeout=args.timeout)
+    counts = (f"{len(found.topics)} topic(s), {len(found.groups)} consumer group(s), "
+              f"{len(found.files)} local path(s)")
+    if not args.delete:
+        for sign in live:
+            print(f"live: {sign}")
+        for problem in open_ends:
+            print(f"not ended: {problem}")
+        verdict = ("live: --delete would be refused" if live else
+                   "not live, not ended (stopped or failed): --delete --force deletes it" if open_ends else
+                   "not live, ended: --delete deletes it")
+        print(f"run {run}: {counts}; {verdict}; nothing deleted", file=sys.stderr)
+        return EXIT_OK
+    if live:
+        more = f" (and {len(live) - 1} more: run without --delete to list them)" if len(live) > 1 else ""
+        print(f"refused: run {run} is live, nothing deleted: {live[0]}{more}", file=sys.stderr)
+        return EXIT_REFUSED
+    if open_ends:
+        print(f"refused: run {run} has not ended, nothing deleted: {'; '.join(open_ends)} (stopped or failed: its "
+              f"jobs started again with --run-id {run} resume it; --force deletes it anyway)", file=sys.stderr)
+        return EXIT_REFUSED
+    from controlmsg.kafka.cleanup import delete_run
+
+    delete_run(conf, found, timeout=args.timeout)
+    print(f"run {run}: deleted {counts} (its writers' transactional ids, named like their marker groups, "
+          "cannot be deleted: the brokers expire them after transactional.id.expiration.ms)", file=sys.stderr)
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------------------------- demo
 
 
@@ -428,6 +480,29 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--run-id")
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=_cmd_inspect)
+
+    k = sub.add_parser(
+        "cleanup", help="list what a run left (topics, consumer groups, local files); --delete deletes it",
+        description="List what run RUN left behind: the topics named after it (controlmsg-RUN-events, "
+                    "-windows, and the streaming jobs' -rejects, -stop, -late, -state; controlmsg-demo-RUN), the "
+                    "consumer groups of its writers (commit markers, the streaming ingest's source group) and "
+                    "its run directory; say whether it is live or has ended. --delete deletes them.",
+        epilog="Live (always refused): a consumer group of the run has members, a partition of one of its topics "
+               "has an open transaction, or a process on this machine has --run-id RUN on its command line. Not "
+               "ended (refused without --force): a stopped or failed run, which the same command with --run-id "
+               "RUN would resume. Exit status: 0 listed or deleted (or nothing found); 1 error; 4 --delete "
+               "refused, nothing deleted (one line says why).")
+    add_client_options(k)
+    k.add_argument("--run-id", required=True, metavar="RUN", help="the run (the pipeline prints it: 'run RUN: ...')")
+    k.add_argument("--delete", action="store_true", help="delete what is listed (default: list only)")
+    k.add_argument("--force", action="store_true",
+                   help="with --delete: delete a run that has not ended (stopped or failed; it can then no longer "
+                        "be resumed). A live run is refused even so")
+    k.add_argument("--runs-dir", default=".controlmsg/runs", metavar="DIR",
+                   help="where the run's directory is (default: .controlmsg/runs, as the pipeline and jobs make it)")
+    k.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="give up on a Kafka request after SECONDS (default 60)")
+    k.set_defaults(func=_cmd_cleanup)
 
     d = sub.add_parser("demo", help="start the local broker if needed; several tasks -> one consumer to end of stream")
     add_client_options(d)

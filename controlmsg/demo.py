@@ -21,6 +21,7 @@ from typing import Any, TextIO
 import orjson
 
 from controlmsg.core.bookkeeping import PartitionEnded, StreamEnded, WatermarkAdvanced
+from controlmsg.core.naming import demo_topic
 from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.kafka.admin import create_topic
 from controlmsg.kafka.reader import ControlReader, DataRecord
@@ -60,7 +61,7 @@ def run_demo(config: Mapping[str, Any], out: TextIO, *, tasks: int = 3, partitio
     """Run the demo against ``config``'s cluster, print to ``out``; return the number of records read.
     Blocks until the consumer has seen end of stream (or raises after two minutes)."""
     run_id = uuid.uuid4().hex[:8]
-    topic = f"controlmsg-demo-{run_id}"
+    topic = demo_topic(run_id)
     create_topic(config, topic, partitions)
     print(f"topic {topic}: {partitions} partitions; run {run_id}; {tasks} upstream tasks x {events} events",
           file=out)

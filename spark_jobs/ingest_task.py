@@ -49,7 +49,7 @@ from controlmsg.core.naming import task_name, transactional_id
 from controlmsg.core.progress import format_duration, format_timestamp
 from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import CheckpointError, ReadError
-from controlmsg.kafka.retry import ConsumerErrors
+from controlmsg.kafka.retry import ConsumerErrors, retrying
 from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import ControlWriter
 from controlmsg.spark.progress import Progress
@@ -122,7 +122,9 @@ def committed_source_state(config: Mapping[str, Any], source_topic: str, group: 
     consumer = Consumer({**for_client(config, "consumer"), "group.id": group, "enable.auto.commit": False,
                          "isolation.level": "read_uncommitted"})  # librdkafka: no require_stable
     try:
-        found = consumer.committed([TopicPartition(source_topic, p) for p in partitions], timeout=timeout)
+        # A group coordinator still loading (a fresh cluster's offsets topic) answers NOT_COORDINATOR: ask again.
+        wanted = [TopicPartition(source_topic, p) for p in partitions]
+        found = retrying(lambda: consumer.committed(wanted, timeout=timeout), timeout=timeout)
     except KafkaException as exc:
         raise ReadError(f"reading the committed offsets of group {group!r} on {source_topic!r}: "
                         f"{exc.args[0]}") from exc
@@ -194,7 +196,8 @@ def run_ingest_task(
                            task_name=name, task_count=task_count, run_id=run_id, generation=generation,
                            data_headers=True)  # the run and task on each record: late records can name their task
     try:
-        committed = consumer.committed([TopicPartition(source_topic, p) for p in source_partitions], timeout=30)
+        wanted = [TopicPartition(source_topic, p) for p in source_partitions]
+        committed = retrying(lambda: consumer.committed(wanted, timeout=30), timeout=60)  # as in committed_source_state
         positions: dict[int, int] = {}
         max_event: dict[int, int] = {}  # per source partition: the largest event time read from it
         last_mark: int | None = None

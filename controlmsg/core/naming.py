@@ -5,6 +5,12 @@ An upstream task of job ``job`` in run ``run_id`` with index ``i`` is ``f"{job}-
 commit marker, adds the topic: ``f"controlmsg-{topic}-{taskName}"``, so the same task writing two topics
 uses two transactions. Readers use :func:`parse_task_name` to tell which tasks of a run they have not
 heard from.
+
+Topics named after a run (:func:`run_topics`): the pipeline's (``spark_jobs``) intermediate topics
+``controlmsg-<run>-events`` and ``controlmsg-<run>-windows``, the topics its streaming jobs make beside them
+by default (``-rejects`` and ``-stop`` of the events topic; ``-late``, ``-state`` and ``-stop`` of the windows
+topic), and the ``controlmsg demo`` topic ``controlmsg-demo-<run>``. ``controlmsg cleanup`` finds a run by
+these names (:mod:`controlmsg.kafka.cleanup`).
 """
 
 from __future__ import annotations
@@ -12,9 +18,19 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["driver_transactional_id", "parse_task_name", "task_name", "transactional_id"]
+__all__ = [
+    "CONTROL_TOPIC_SUFFIXES", "RUN_TOPIC_SUFFIXES", "demo_topic", "driver_transactional_id", "is_run_group",
+    "parse_task_name", "run_topics", "task_name", "transactional_id",
+]
 
 _TASK_NAME: Final = re.compile(r"^(.*)-p(\d+)$")
+
+RUN_TOPIC_SUFFIXES: Final = ("events", "events-rejects", "events-stop", "windows", "windows-late", "windows-state",
+                             "windows-stop")
+"""The topics ``controlmsg-<run>-<suffix>`` of a pipeline run. No suffix is another one with a part before it
+cut off (``stop`` alone is not one), so a topic of run ``a-events`` is never taken for one of run ``a``."""
+CONTROL_TOPIC_SUFFIXES: Final = ("events", "windows")
+"""The run topics that carry control messages (the others carry plain records)."""
 
 
 def task_name(job: str, run_id: str, index: int) -> str:
@@ -43,3 +59,30 @@ def driver_transactional_id(topic: str, job: str, run_id: str) -> str:
     """The transactional id (and marker group) of the writer that ends a job's run on ``topic``: the
     driver of a Spark write, which writes the control messages on behalf of its tasks."""
     return f"controlmsg-{topic}-{job}-{run_id}-driver"
+
+
+def demo_topic(run_id: str) -> str:
+    """The topic of a ``controlmsg demo`` run."""
+    return f"controlmsg-demo-{run_id}"
+
+
+def run_topics(run_id: str, *, control_only: bool = False) -> tuple[str, ...]:
+    """Every topic named after run ``run_id`` (see the module docstring), whether it exists or not;
+    ``control_only``: those that carry control messages (``-events``, ``-windows`` and the demo topic)."""
+    carry = (*(f"controlmsg-{run_id}-{suffix}" for suffix in CONTROL_TOPIC_SUFFIXES), demo_topic(run_id))
+    if control_only:
+        return carry
+    return (*carry, *(f"controlmsg-{run_id}-{s}" for s in RUN_TOPIC_SUFFIXES if s not in CONTROL_TOPIC_SUFFIXES))
+
+
+def is_run_group(group: str, run_id: str) -> bool:
+    """Whether consumer group ``group`` belongs to run ``run_id``: named ``controlmsg-<topic>-<rest>`` for
+    one of :func:`run_topics`, where ``<rest>`` is a task of the run (``<job>-<run>-p<i>``: a writer's commit
+    marker, see :func:`transactional_id`), its driver (``<job>-<run>-driver``) or the streaming ingest's
+    source group (``ingest-<run>-source``)."""
+    tail = re.compile(rf"^.+-{re.escape(run_id)}-(p\d+|driver|source)$")
+    for topic in run_topics(run_id):
+        prefix = f"controlmsg-{topic}-"
+        if group.startswith(prefix) and tail.match(group[len(prefix):]):
+            return True
+    return False

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from controlmsg.core.bookkeeping import InputTracker, PartitionStatus
 from controlmsg.core.codec import decode
@@ -66,6 +66,9 @@ def inspect_topic(
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             **for_client(config, "consumer"),
+            # The last offsets of a transactional topic are commit markers, which are never delivered: the
+            # end of a partition is known from the partition-EOF event, whose offset is past them.
+            "enable.partition.eof": True,
         }
     )
     try:
@@ -87,7 +90,10 @@ def inspect_topic(
                     f"inspecting topic {topic!r}: partitions {sorted(pending)} not read within {timeout:g} s"
                 )
             for msg in cast(list[Any], consumer.consume(1000, 0.5)):
-                if msg.error() is not None:
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF and msg.offset() >= ends[msg.partition()]:
+                        pending.discard(msg.partition())
                     continue
                 p = cast(int, msg.partition())
                 off = cast(int, msg.offset())

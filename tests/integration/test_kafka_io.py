@@ -307,6 +307,31 @@ def test_inspect_reports_holders_and_runs(kafka_config: dict[str, Any], bootstra
         500, ["slow"], {"task": "fast", "watermark": 500})
 
 
+def test_inspect_reads_a_transactional_topic_to_its_end(kafka_config: dict[str, Any],
+                                                       new_topic: Callable[..., str]) -> None:
+    """A transactional topic ends in commit markers, which no consumer is given: inspection still ends at
+    once (it used to wait for an offset that never came, and failed after its timeout), and a transaction
+    still open is not waited for (read_committed: the end is the last stable offset)."""
+    topic = new_topic(2)
+    with ControlWriter({**kafka_config, "transactional.id": f"inspect-{topic}-done"}, topic, task_name="done-r-p0",
+                       task_count=2, run_id="r") as w:
+        w.send({"a": 1}, partition=0)
+        w.send_end_of_stream()
+    still = ControlWriter({**kafka_config, "transactional.id": f"inspect-{topic}-open"}, topic,
+                          task_name="open-r-p0", task_count=2, run_id="r")
+    try:
+        still.send({"a": 2}, partition=1)
+        still.flush()
+        started = time.monotonic()
+        report = inspect_topic(kafka_config, topic, timeout=20)
+        assert time.monotonic() - started < 10
+    finally:
+        still.abort()
+        still.close()
+    assert report.user_messages == {0: 1, 1: 0}
+    assert [s.ended_tasks for s in report.runs["r"].partitions] == [{"done-r-p0"}, {"done-r-p0"}]
+
+
 def test_inspect_shows_a_rescaled_run_per_generation(kafka_config: dict[str, Any], bootstrap_servers: str,
                                                      new_topic: Callable[..., str]) -> None:
     """Generation 0 had two tasks; generation 1, of three, has written to partition 0 only (its tasks'
