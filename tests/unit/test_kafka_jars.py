@@ -219,3 +219,37 @@ def test_the_resolver_can_be_chosen(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_no_registry_address_is_written_into_the_resolution() -> None:
     assert "http" not in kj._ivy_module_xml().replace("http://maven.apache.org/POM/4.0.0", "")
     assert "<repositor" not in kj._pom_xml() and "<repositor" not in kj._ivy_module_xml()
+
+
+def test_the_ivy_command_uses_ivys_defaults_or_the_users_settings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs: list[list[str]] = []
+
+    def fake_run_tool(cmd: list[str], what: str, timeout: float, cwd: Path | None) -> str:
+        runs.append(list(cmd))
+        cache = Path(cmd[cmd.index("-cache") + 1]) if "-cache" in cmd else None
+        if cache is not None:  # what Ivy leaves in its cache after a resolution of this module
+            module = Path(cmd[cmd.index("-ivy") + 1]).read_text().split('module="')[1].split('"')[0]
+            cache.mkdir(parents=True, exist_ok=True)
+            (cache / f"resolved-controlmsg.local-{module}-{kj.KAFKA_VERSION}.xml").write_text("x")
+            (cache / f"controlmsg.local-{module}-default.xml").write_text("x")
+        return ""
+
+    monkeypatch.setattr(kj, "run_tool", fake_run_tool)
+    monkeypatch.setattr(kj, "_spark_ivy_cache", lambda: tmp_path / "spark-ivy" / "cache")
+    monkeypatch.delenv(kj.IVY_SETTINGS_ENV, raising=False)
+    resolver = kj._ivy_resolver(tmp_path / "ivy-2.5.3.jar")
+    for name in ("w1", "w2", "w3"):
+        (tmp_path / name).mkdir()
+    resolver.resolve(tmp_path / "w1", False)
+    monkeypatch.setenv(kj.IVY_SETTINGS_ENV, str(tmp_path / "ivysettings.xml"))
+    resolver.resolve(tmp_path / "w2", False)
+    resolver.resolve(tmp_path / "w3", True)
+    shared, with_settings, fresh = runs
+    assert shared[shared.index("-cache") + 1] == str(tmp_path / "spark-ivy" / "cache")
+    assert "-settings" not in shared and "-Divy.maven.lookup.sources=false" in shared
+    assert with_settings[with_settings.index("-settings") + 1] == str(tmp_path / "ivysettings.xml")
+    assert "-cache" not in with_settings  # the settings file chooses its cache
+    assert fresh[fresh.index("-cache") + 1] == str(tmp_path / "w3" / "ivy-cache")
+    assert list((tmp_path / "spark-ivy" / "cache").iterdir()) == []  # its resolution files are removed
+    assert all("http" not in arg for run in runs for arg in run)
