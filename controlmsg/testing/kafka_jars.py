@@ -11,7 +11,8 @@ Prerequisites: Java 17+, and one resolver, tried in this order:
    pyspark installation ships (``org.apache.ivy.Main``; one small JVM, no SparkContext). It uses Ivy's own
    default settings (Maven Central) and cache (Spark's default Ivy cache, ``~/.ivy2.5.2/cache``, shared
    with ``spark-submit --packages``), or the Ivy settings file named by ``CONTROLMSG_IVY_SETTINGS`` (the
-   same kind of file as Spark's ``spark.jars.ivySettings``: mirrors, credentials, its own cache). Spark's
+   same kind of file as Spark's ``spark.jars.ivySettings``: mirrors, credentials, its own cache); Java's
+   proxy properties (``JAVA_TOOL_OPTIONS=-Dhttps.proxyHost=...``) apply too. Spark's
    own ``--packages`` resolution is not used because it always leaves out ``scala-library``, which the
    broker needs.
 2. ``maven``: ``mvn dependency:copy-dependencies`` when ``mvn`` is on ``PATH``, with Maven's own settings
@@ -410,7 +411,7 @@ def _fetch(root: Path, lock: Sequence[LockedJar], resolvers: Sequence[_Resolver]
                 try:
                     jars = resolver.resolve(work, fresh_cache)
                 except (BrokerError, OSError) as exc:
-                    _logger.warning("%s could not fetch the Kafka jars: %s", label, exc)
+                    _logger.warning("%s could not fetch the Kafka jars: %s", label, str(exc).splitlines()[0])
                     failures.append(f"{label}: {exc}")
                     continue
                 problems = verify_jars(jars, lock, exact=False)
