@@ -195,7 +195,8 @@ def start_broker(port: int = 9092, data_dir: Path | None = None, timeout: float 
             port or in the other security mode; the storage was formatted in
             the other security mode; ``port`` (or the chosen controller port)
             is taken by another process; ``java`` (or, secured, ``openssl``)
-            cannot be found or fails; the Kafka libraries cannot be fetched;
+            cannot be found or fails; the Kafka jars cannot be fetched and verified
+            against the lock (:func:`ensure_kafka_libs`);
             formatting the storage fails; the broker exits or does not serve
             within ``timeout``; or (secured) the ACLs cannot be created.  In
             the last cases the broker process is killed and the message ends
