@@ -292,7 +292,8 @@ def resolve_bootstrap_servers(given: str | None = None, *, start_local: bool = F
     note goes to stderr first); it keeps running after the caller exits.
 
     Blocks: only to start the local broker (``start_local``): until it serves, a few seconds; the first
-    time also while Maven fetches Kafka. Otherwise it reads a few small files at most.
+    time also while Kafka's jars are fetched (see :mod:`controlmsg.testing.kafka_jars`). Otherwise it reads a
+    few small files at most.
 
     Raises:
         BrokerError: nothing given, the variable is unset and no local broker runs (without
@@ -320,6 +321,6 @@ def resolve_bootstrap_servers(given: str | None = None, *, start_local: bool = F
             f"running from {broker.default_data_dir()}; run `controlmsg broker start` or set "
             f"{_ENV}=host:port"
         )
-    print(f"{_ENV} is not set: starting the local Kafka broker on 127.0.0.1:{local_port} (the first time, Maven "
-          f"fetches Kafka {broker.KAFKA_VERSION}); stop it with: controlmsg broker stop", file=sys.stderr)
+    print(f"{_ENV} is not set: starting the local Kafka broker on 127.0.0.1:{local_port} (the first time, "
+          f"Kafka {broker.KAFKA_VERSION}'s jars are fetched); stop it with: controlmsg broker stop", file=sys.stderr)
     return broker.start_broker(port=local_port).bootstrap_servers
