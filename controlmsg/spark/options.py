@@ -22,7 +22,9 @@ because it is missing; default 4), ``replicationFactor`` (of such a topic; defau
 headers so that readers of a topic holding several runs take only theirs; default true), ``value`` (a
 string or binary column whose bytes are each record's payload as they are, e.g. ``to_json(struct(*))``
 or ``to_avro(...)`` made in the JVM, as ``format("kafka")`` takes its ``value`` column; default: the
-row's columns as one JSON object, made in Python).
+row's columns as one JSON object, made in Python). A stream writer reads its query's offset log under
+``checkpointLocation`` (the option Spark passes to the sink) for the stage's watermark and the end of its
+input (see :mod:`controlmsg.spark.writing`).
 
 Readers also take ``partitionsPerTask`` (default 1), ``maxTasks``, ``batchRows`` (rows per Arrow
 batch, default 10000) and, streaming only, ``maxOffsetsPerTrigger`` (at most this many records per
@@ -225,6 +227,7 @@ class WriteOptions:
     transaction_timeout_ms: int
     data_headers: bool
     value: str | None = None
+    checkpoint: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -251,4 +254,5 @@ class WriteOptions:
             transaction_timeout_ms=_positive_int(opts, "transactionTimeoutMs", 600_000) or 600_000,
             data_headers=_bool(opts, "dataHeaders", True),
             value=opts.get("value") or None,
+            checkpoint=opts.get("checkpointlocation") or None,
         )

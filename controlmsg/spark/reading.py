@@ -86,9 +86,9 @@ from controlmsg.kafka.settings import for_client, worker_logging
 from controlmsg.kafka.writer import HEADER_RUN
 from controlmsg.spark.options import BadRecordMode, ReadOptions
 from controlmsg.spark.progress import Progress
+from controlmsg.spark.query_log import END_OF_TIME_MS
 
 __all__ = [
-    "END_OF_TIME_MS",
     "RAW_SCHEMA",
     "BatchReader",
     "EndOfStreamTimeout",
@@ -104,9 +104,6 @@ _META_OFFSET: Final = "_offset"
 _META_KEY: Final = "_key"
 _META_WATERMARK: Final = "_watermark"
 _META_CONTROL: Final = "_control"
-END_OF_TIME_MS: Final = 253_402_300_799_999
-"""9999-12-31T23:59:59.999Z, Spark's largest timestamp in ms: the ``_watermark`` of the end of stream (the
-protocol's +infinity, :data:`~controlmsg.core.messages.MAX_TIMESTAMP`, is no timestamp Spark can hold)."""
 _POLL_S: Final = 0.1  # consume() waits for a whole batch or this: short polls keep a small stream moving
 _OFFSETS_FORMAT: Final = 1
 

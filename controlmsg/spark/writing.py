@@ -13,11 +13,16 @@ a marker of its own:
 * batch (``df.write``): the end of stream of every task. Intermediate watermarks are not written: every
   task's records become visible at once when it commits, and a reader's watermark needs every task to
   have reported, so no watermark could move a reader before the end of stream, which counts as +infinity.
-* stream (``df.writeStream``), after every micro-batch: one watermark for every task, the largest
-  ``eventTime`` written so far minus ``allowedLateness`` (Spark's own rule for ``withWatermark``: event
-  time is compared across partitions, because partition *i* of one micro-batch has nothing to do with
-  partition *i* of the next). The stream ends when :func:`end_stream` is called, typically after an
-  ``availableNow`` query terminated.
+* stream (``df.writeStream``), after every micro-batch: one watermark for every task. When the query
+  has an event-time watermark (``with_watermark``, or Spark's own ``withWatermark``), it is **the stage's
+  watermark**: Spark's watermark in force in that micro-batch, read from the query's offset log, so a
+  stage over a controlmsg stream carries its input's reconciled watermark onward. Otherwise it is the
+  largest ``eventTime`` written so far minus ``allowedLateness`` (Spark's own rule for ``withWatermark``:
+  event time is compared across partitions, because partition *i* of one micro-batch has nothing to do
+  with partition *i* of the next). The stream **ends by itself** when its input did: in the first
+  micro-batch after which every source of the query is a controlmsg stream that has ended, and whose
+  watermark (if the query has one) is the end of time, i.e. after the micro-batch in which Spark emitted
+  the last windows. :func:`end_stream` ends it by hand (a source that never ends, a query stopped for good).
 
 **Exactly once.** Every attempt of a task uses the same transactional id; initialising transactions
 fences older attempts and finishes their transactions, then the task reads its marker: if an attempt
@@ -57,7 +62,7 @@ from pyspark.sql.types import (
 )
 
 from controlmsg.core.codec import encode_json_rows, encode_user_rows
-from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
+from controlmsg.core.messages import MAX_TIMESTAMP, EndOfStreamMessage, WatermarkMessage
 from controlmsg.core.naming import driver_transactional_id, task_name, transactional_id
 from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import ControlMsgError
@@ -67,6 +72,7 @@ from controlmsg.kafka.settings import worker_logging
 from controlmsg.kafka.writer import ControlWriter
 from controlmsg.spark.options import WriteOptions
 from controlmsg.spark.progress import Progress
+from controlmsg.spark.query_log import END_OF_TIME_MS, stage_progress
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -230,29 +236,48 @@ class StreamWriter(DataSourceStreamArrowWriter):
                            query_id=ctx.getLocalProperty(_QUERY_ID_PROPERTY), stage=None)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        if not messages:
-            return
         opts = self.plan.opts
-        commits = _task_commits(opts, messages)
+        stage = stage_progress(opts.checkpoint, batchId)
+        ending = stage is not None and stage.inputs_ended and stage.watermark in (0, END_OF_TIME_MS)
+        if not messages and not ending:
+            return
+        commits = _task_commits(opts, messages) if messages else []
         n = len(commits)
-        query = commits[0].query_id
-        top = _max_time(commits)
+        query = commits[0].query_id if commits else None
+        top = _max_time(commits) if commits else None
 
         def plan(committed: dict[str, Any] | None) -> Round | None:
             """Decided after fencing, from what the last driver committed: its watermark is the floor."""
             previous: int | None = None
+            count = n
             if committed is not None:
-                _check_same_stream(opts, committed, n, query)
-                if int(committed.get("batch", -1)) >= batchId:
+                if int(committed.get("batch", -1)) >= batchId and (not commits or committed.get("queryId") == query):
                     return None  # a replayed micro-batch: its round is in
+                if not commits and committed.get("ended"):
+                    return None
+                if commits:
+                    _check_same_stream(opts, committed, n, query)
                 previous = committed.get("watermark")
+                count = count or int(committed["taskCount"])
+            if count == 0:
+                return None  # nothing was ever written: no upstream task to end
+            names = [task_name(opts.job, opts.run_id, i) for i in range(count)]
+            status = {"batch": batchId, "taskCount": count, "watermark": previous,
+                      "queryId": query or (committed or {}).get("queryId")}
+            if ending:
+                return [EndOfStreamMessage(name, count, opts.run_id) for name in names], {**status, "ended": True}
             mark = previous
-            if top is not None:
+            if stage is not None and stage.watermark > 0:
+                candidate: int | None = min(stage.watermark, MAX_TIMESTAMP - 1)
+            elif top is not None:
                 candidate = WatermarkPolicy(opts.allowed_lateness_ms).watermark_for(top)
+            else:
+                candidate = None
+            if candidate is not None:
                 mark = candidate if previous is None else max(previous, candidate)
             marks = ([] if mark is None or mark == previous else
-                     [WatermarkMessage(task_name(opts.job, opts.run_id, i), n, mark, opts.run_id) for i in range(n)])
-            return marks, {"batch": batchId, "taskCount": n, "watermark": mark, "queryId": query}
+                     [WatermarkMessage(name, count, mark, opts.run_id) for name in names])
+            return marks, {**status, "watermark": mark}
 
         write_control_round(dict(opts.config), opts.topic, self.plan.partitions, plan,
                             transactional_id=driver_transactional_id(opts.topic, opts.job, opts.run_id),

@@ -255,3 +255,49 @@ def test_a_restart_from_the_checkpoint_writes_no_window_twice_and_keeps_the_wate
     assert windows(spark, out) == up.expected(), "every window once, across the restart"
     marks = [p["eventTime"]["watermark"] for p in again.recentProgress if "watermark" in p["eventTime"]]
     assert marks and min(marks) >= before, f"the watermark went back: {before} then {marks}"
+
+
+def test_two_stages_carry_the_reconciled_watermark_and_the_end_of_stream_onward(
+        spark: SparkSession, bootstrap_servers: str, upstream: tuple[Upstream, str], new_topic: Callable[..., str],
+        tmp_path: Path) -> None:
+    """Hop 1: hourly windows, written with ``writeStream.format("controlmsg")`` (event time: the window's
+    end). Hop 2: three-hour sums of hop 1's results on hop 1's watermark. Neither calls ``end_stream``."""
+    up, topic = upstream
+    middle = new_topic(3)
+    for task in TASKS:
+        up.records(task, range(TASKS.index(task), 150, 5))
+        up.watermark(task, 150)
+    hop1 = (hourly(spark, topic, bootstrap_servers)
+            .select(F.col("window.start").alias("start"), F.col("window.end").alias("end"), "user", "n", "total")
+            .writeStream.format("controlmsg").options(**options(middle, bootstrap_servers, run="h1", timeout="300"))
+            .option("key", "user").option("eventTime", "end").option("checkpointLocation", str(tmp_path / "ck1"))
+            .trigger(availableNow=True).start())
+    results = (spark.readStream.format("controlmsg")
+               .options(**options(middle, bootstrap_servers, run="h1", timeout="300"))
+               .schema(f"start timestamp, end timestamp, user string, n long, total long, {WATERMARK_COLUMNS}").load())
+    out = tmp_path / "out"
+    hop2 = (with_watermark(results, "end").groupBy(F.window("end", "3 hours"), "user")
+            .agg(F.sum("n").alias("n"), F.sum("total").alias("total"))
+            .writeStream.outputMode("append").format("parquet").option("path", str(out))
+            .option("checkpointLocation", str(tmp_path / "ck2")).trigger(availableNow=True).start())
+    try:
+        # Hop 2's watermark is hop 1's input's reconciled watermark (02:30), not hop 1's latest window end.
+        wait_for(lambda: any(p["eventTime"].get("watermark") == "2026-01-01T02:30:00.000Z"
+                             for p in hop2.recentProgress), 90, "hop 1's watermark in hop 2")
+        for task in TASKS:
+            up.records(task, range(150 + TASKS.index(task), 300, 5))
+        up.end()
+        hop1.awaitTermination(180)
+        hop2.awaitTermination(180)
+        assert not hop1.isActive and hop1.exception() is None
+        assert not hop2.isActive and hop2.exception() is None, "the end of stream passed through hop 1 by itself"
+    finally:
+        for q in (hop1, hop2):
+            q.stop()
+    want: Counter[tuple[datetime, str]] = Counter()
+    for (start, user), n in up.expected().items():
+        end = start + timedelta(hours=1)
+        want[(end.replace(hour=end.hour - end.hour % 3), user)] += n
+    got = {(r["window"]["start"], r["user"]): r["n"] for r in spark.read.schema(OUT_SCHEMA).parquet(str(out)).collect()}
+    assert got == dict(want)
+    assert all(op["numRowsDroppedByWatermark"] == 0 for p in hop2.recentProgress for op in p["stateOperators"])
