@@ -171,10 +171,11 @@ def test_windows_close_on_the_reconciled_watermark_with_the_slow_tasks_records(
             q.stop()
 
 
-def test_event_time_timers_of_apply_in_pandas_with_state_fire_on_the_reconciled_watermark(
-        spark: SparkSession, bootstrap_servers: str, upstream: tuple[Upstream, str], tmp_path: Path) -> None:
-    """Per user, a count that an event-time timer emits 30 minutes after the user's latest event: the
-    slow task's records are in the counts, and a timer fires on a control message alone."""
+QUIET_MS = 30 * 60_000
+
+
+def apply_in_pandas_with_state(events: DataFrame) -> DataFrame:
+    """Per user, a count that an event-time timeout emits 30 minutes after the user's latest event."""
     import pandas as pd
     from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
@@ -190,8 +191,62 @@ def test_event_time_timers_of_apply_in_pandas_with_state_fire_on_the_reconciled_
             n += len(frame)
             latest = max(latest, int(frame["ts"].max().timestamp() * 1000))
         state.update((n,))
-        state.setTimeoutTimestamp(max(latest + 30 * 60_000, state.getCurrentWatermarkMs() + 1))
+        state.setTimeoutTimestamp(max(latest + QUIET_MS, state.getCurrentWatermarkMs() + 1))
 
+    return events.groupBy("user").applyInPandasWithState(count_until_quiet, "user string, n long", "n long",
+                                                         "append", GroupStateTimeout.EventTimeTimeout)
+
+
+def transform_with_state_in_pandas(events: DataFrame) -> DataFrame:
+    """The same with ``transformWithStateInPandas`` and an event-time timer."""
+    import pandas as pd
+    from pyspark.sql.streaming.stateful_processor import (
+        ExpiredTimerInfo,
+        StatefulProcessor,
+        StatefulProcessorHandle,
+        TimerValues,
+    )
+
+    class CountUntilQuiet(StatefulProcessor):
+        def init(self, handle: StatefulProcessorHandle) -> None:
+            self.handle = handle
+            self.count = handle.getValueState("count", "n long, timer long")
+
+        def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                            timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+            n, timer = self.count.get() if self.count.exists() else (0, None)
+            latest = 0
+            for frame in rows:
+                n += len(frame)
+                latest = max(latest, int(frame["ts"].max().timestamp() * 1000))
+            if timer is not None:
+                self.handle.deleteTimer(timer)
+            timer = max(latest + QUIET_MS, timerValues.getCurrentWatermarkInMs() + 1)
+            self.handle.registerTimer(timer)
+            self.count.update((n, timer))
+            return iter([])
+
+        def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
+                               expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
+            n, _timer = self.count.get()
+            self.count.clear()
+            yield pd.DataFrame({"user": [key[0]], "n": [n]})
+
+        def close(self) -> None:
+            pass
+
+    return events.groupBy("user").transformWithStateInPandas(CountUntilQuiet(), "user string, n long", "Append",
+                                                             "EventTime")
+
+
+@pytest.mark.parametrize("operator", [apply_in_pandas_with_state, transform_with_state_in_pandas],
+                         ids=lambda f: f.__name__)
+def test_event_time_timers_fire_on_the_reconciled_watermark(
+        spark: SparkSession, bootstrap_servers: str, upstream: tuple[Upstream, str], tmp_path: Path,
+        operator: Callable[[DataFrame], DataFrame]) -> None:
+    """Per user, a count that an event-time timer emits 30 minutes after the user's latest event: the
+    slow task's records are in the counts, and a timer fires on a control message alone.
+    ``transformWithStateInPandas`` needs the RocksDB state store."""
     up, topic = upstream
     up.records("fast-0", range(0, 60, 6))
     up.records("fast-1", range(2, 60, 9))
@@ -199,9 +254,10 @@ def test_event_time_timers_of_apply_in_pandas_with_state_fire_on_the_reconciled_
     up.watermark("fast-1", 200)
     up.records("slow", range(1, 20, 4))
     up.watermark("slow", 20)
-    counts = (with_watermark(stream(spark, topic, bootstrap_servers), "ts").groupBy("user")
-              .applyInPandasWithState(count_until_quiet, "user string, n long", "n long", "append",
-                                      GroupStateTimeout.EventTimeTimeout))
+    provider = "spark.sql.streaming.stateStore.providerClass"
+    before = spark.conf.get(provider)
+    spark.conf.set(provider, "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+    counts = operator(with_watermark(stream(spark, topic, bootstrap_servers), "ts"))
     emitted: dict[str, int] = {}
 
     def keep(df: DataFrame, _batch: int) -> None:
@@ -226,6 +282,7 @@ def test_event_time_timers_of_apply_in_pandas_with_state_fire_on_the_reconciled_
         assert emitted == dict(want)
     finally:
         query.stop()
+        spark.conf.set(provider, before)
 
 
 def test_a_restart_from_the_checkpoint_writes_no_window_twice_and_keeps_the_watermark(
