@@ -213,7 +213,10 @@ def check_settings(config: Mapping[str, Any], origin: Mapping[str, str] | None =
                 Consumer({**conf, "group.id": conf.get("group.id", "controlmsg-settings-check")}).close()
         except KafkaException as exc:
             message = exc.args[0].str() if hasattr(exc.args[0], "str") else str(exc)
-            named = next((k for k in config if f'"{k}"' in message), None) or _culprit(config, kind)
+            named = (next((k for k in config if f'"{k}"' in message), None)  # Invalid value for "k"
+                     or next((k for k in config if re.search(rf"(?<![\w.]){re.escape(k)}(?![\w.])", message)),
+                             None)  # ssl.ca.location failed: ... (a file that cannot be read)
+                     or _culprit(config, kind))
             where = ""
             if named is not None:
                 where = f" {named!r}" + (f" (from {origin[named]})" if origin and named in origin else "")

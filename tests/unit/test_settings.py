@@ -91,6 +91,11 @@ def test_unknown_or_refused_settings_are_named(tmp_path: Path) -> None:
         client_config(bootstrap_servers="b:1", settings=["isolation.level=sometimes"])
     with pytest.raises(ConfigError, match="expected key=value"):
         client_config(bootstrap_servers="b:1", settings=["linger.ms"])
+    # A CA file that is missing: librdkafka names the setting without quotes ("ssl.ca.location failed: ...").
+    with pytest.raises(ConfigError, match=r"'ssl\.ca\.location' \(from -X\).*ssl\.ca\.location failed"):
+        client_config(bootstrap_servers="b:1", settings=["security.protocol=SASL_SSL", "sasl.mechanism=SCRAM-SHA-512",
+                                                         "sasl.username=u", "sasl.password=p",
+                                                         f"ssl.ca.location={tmp_path / 'no-such-ca.pem'}"])
 
 
 def test_each_client_gets_everything_but_the_other_kinds_settings() -> None:
