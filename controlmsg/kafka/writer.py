@@ -115,6 +115,7 @@ class ControlWriter:
         conf = {"delivery.report.only.error": True, **for_client(config, "producer")}
         self._errors: list[str] = []
         self._error_count = 0
+        self._denied: str | None = None  # the first delivery error that is an ACL refusal, in words
         conf["on_delivery"] = self._on_delivery
         self.partitions = partitions if partitions is not None else wait_for_topic(conf, topic, topic_timeout)
         self._producer = Producer(conf)
@@ -144,6 +145,8 @@ class ControlWriter:
         # Purged records are the ones an aborted transaction threw away on purpose, not failures.
         if err is not None and err.code() not in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
             self._error_count += 1
+            if self._denied is None:
+                self._denied = denied(self._conf, err, f"write to topic {self.topic!r}", repr(self.topic))
             if len(self._errors) < 5:
                 self._errors.append(f"partition {msg.partition()}: {err.str()}")
 
@@ -168,8 +171,10 @@ class ControlWriter:
 
     def _raise_errors(self) -> None:
         if self._error_count:
-            count, first = self._error_count, "; ".join(self._errors)
-            self._error_count, self._errors = 0, []
+            count, first, refused = self._error_count, "; ".join(self._errors), self._denied
+            self._error_count, self._errors, self._denied = 0, [], None
+            if refused is not None:  # an ACL refusal: the principal and the resource, in one line
+                raise DeliveryError(f"{count} record(s) to topic {self.topic!r} were not delivered: {refused}")
             raise DeliveryError(f"{count} record(s) to topic {self.topic!r} were not delivered: {first}")
 
     # ------------------------------------------------------------------ user messages

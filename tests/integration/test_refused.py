@@ -36,7 +36,7 @@ __all__ = ["secured"]  # the module's broker
 pytestmark = pytest.mark.kafka
 
 DEFINITIVE_S = 20.0  # authentication and TLS refusals: told at once (about a second here)
-GRACE_BOUND_S = 30.0  # unknown host, closed port: told after the 10 s grace
+GRACE_BOUND_S = 25.0  # unknown host, closed port: told after the 10 s grace
 
 
 def _topic(secured: Secured) -> str:
@@ -138,7 +138,7 @@ def test_an_unknown_host(secured: Secured) -> None:
 
 def test_a_closed_port(secured: Secured) -> None:
     closed = free_ports()  # nothing listens there
-    line = _refused(secured, f"bootstrap.servers=127.0.0.1:{closed}", command="create-topic", bound=GRACE_BOUND_S)
+    line = _refused(secured, f"bootstrap.servers=127.0.0.1:{closed}", bound=GRACE_BOUND_S)
     assert line.startswith("error: connection refused")
     assert f"broker 127.0.0.1:{closed}" in line and "every connection refused for" in line
     assert "check bootstrap.servers and that the broker is up" in line
@@ -195,8 +195,8 @@ def test_every_client_kind_raises_the_refusal(secured: Secured) -> None:
         consumer.close()
 
 
-def test_a_transactional_id_the_principal_may_not_use(secured: Secured) -> None:
-    """An ACL refusal that comes back from the call: named with the principal and the resource."""
+def test_a_transactional_id_or_a_write_the_principal_may_not_use(secured: Secured) -> None:
+    """ACL refusals that come back from the call: named with the principal and the resource."""
     admin = client_config(config_file=secured.properties["admin"])
     from confluent_kafka.admin import (  # type: ignore[attr-defined]
         AclBinding,
@@ -207,9 +207,11 @@ def test_a_transactional_id_the_principal_may_not_use(secured: Secured) -> None:
         ResourceType,
     )
 
-    topic = _topic(secured)
+    topic, read_only = _topic(secured), _topic(secured)
     grants = [AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:nobody", "*", op,
                          AclPermissionType.ALLOW) for op in (AclOperation.DESCRIBE, AclOperation.WRITE)]
+    grants.append(AclBinding(ResourceType.TOPIC, read_only, ResourcePatternType.LITERAL, "User:nobody", "*",
+                             AclOperation.DESCRIBE, AclPermissionType.ALLOW))
     client = AdminClient(for_client(admin, "admin"))
     for future in client.create_acls(grants).values():
         future.result(30)
@@ -223,6 +225,15 @@ def test_a_transactional_id_the_principal_may_not_use(secured: Secured) -> None:
     print(line, file=sys.stderr)
     assert f"as transactional id {tid!r} (principal User:nobody)" in line, line
     assert f"check the ACLs of User:nobody on transactional id {tid!r}" in line, line
+
+    writer = ControlWriter(nobody, read_only, task_name="t0", task_count=1)  # may describe it, not write
+    writer.send({"n": 1})
+    started = time.monotonic()
+    with pytest.raises(DeliveryError) as info:
+        writer.flush(60)
+    assert time.monotonic() - started < DEFINITIVE_S
+    assert (f"not authorized to write to topic {read_only!r} (principal User:nobody): Broker: Topic authorization "
+            f"failed; check the ACLs of User:nobody on topic {read_only!r}") in str(info.value)
 
 
 @pytest.mark.spark
