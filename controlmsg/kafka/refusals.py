@@ -22,17 +22,19 @@ TLS certificate verify failed (``_SSL``)               at once; a probe tells an
                                                        CA from a hostname the certificate
                                                        does not name
 unknown host (``_RESOLVE``), connection refused        after :data:`GRACE_ENV` seconds
-(``_TRANSPORT``)                                       (default 10) without an answer, and only
+(``_TRANSPORT``)                                       (default 10), once every address of
+                                                       ``bootstrap.servers`` failed so, and only
                                                        while this process has never reached
                                                        that cluster
 =====================================================  =====================================
 
 The grace: a broker that is starting refuses connections for a few seconds, and a broker that restarts
 in the middle of a run does too (see docs/FAULTS.md): once this process has had an answer from a
-cluster (an admin request that succeeded, a record read, transactions initialised, or librdkafka naming
-a broker by its node id, which it learns from the cluster's metadata), connection errors are left to
-the retries as before. Everything else (timeouts, a broker that answers slowly, other TLS errors) is
-left alone here too.
+cluster (an admin request that succeeded, transactions initialised, a Spark task its driver planned, or
+librdkafka naming a broker by its node id, which it learns from the cluster's metadata), connection
+errors are left to the retries as before. One dead node of several is not an unreachable cluster: the
+grace runs out only once every address of ``bootstrap.servers`` has failed. Everything else (timeouts,
+a broker that answers slowly, other TLS errors) is left alone here too.
 """
 
 from __future__ import annotations
@@ -68,8 +70,9 @@ _OFFERED: Final = re.compile(r"supported mechanisms: (?P<mechanisms>[\w, -]+)")
 _lock = threading.Lock()
 _reached: set[str] = set()
 """``bootstrap.servers`` of the clusters some client of this process has had an answer from."""
-_unreachable: dict[str, tuple[float, float]] = {}
-"""``bootstrap.servers`` -> (first, last) time a client of this process saw it unresolvable or refusing."""
+_unreachable: dict[str, tuple[float, float, frozenset[str]]] = {}
+"""``bootstrap.servers`` -> (first, last) time a client of this process saw one of its addresses
+unresolvable or refusing connections, and which addresses did."""
 
 
 def _grace_s() -> float:
@@ -125,6 +128,7 @@ class ConnectionWatch:
 
     def __init__(self, config: Mapping[str, Any], chained: Callable[[KafkaError], None] | None = None) -> None:
         self.servers = str(config.get("bootstrap.servers", ""))
+        self.addresses = frozenset(_address(a) for a in self.servers.split(",") if a.strip())
         self.principal = principal(config)
         self.mechanism = str(config.get("sasl.mechanism", config.get("sasl.mechanisms", "GSSAPI")))
         self.protocol = str(config.get("security.protocol", "plaintext"))
@@ -157,13 +161,15 @@ class ConnectionWatch:
             if self.servers in _reached:
                 self._pending = None
                 return
-            first, _ = _unreachable.get(self.servers, (time.monotonic(), 0.0))
-        waited = time.monotonic() - first
-        if waited >= _grace_s():
-            pending = self._pending
-            self.refusal = ClusterRefused(pending.what, pending.broker, pending.principal,
-                                          pending.detail.replace("{waited}", f"{waited:.0f}"), pending.check)
-            raise self.refusal
+            first, _, refused = _unreachable.get(self.servers, (time.monotonic(), 0.0, frozenset()))
+            waited = time.monotonic() - first
+            if not self.addresses <= refused or waited < _grace_s():
+                return  # within the grace, or some bootstrap address has not failed (it may answer)
+            del _unreachable[self.servers]  # the next client (a retried Spark task) has a grace of its own
+        pending = self._pending
+        self.refusal = ClusterRefused(pending.what, pending.broker, pending.principal,
+                                      pending.detail.replace("{waited}", f"{waited:.0f}"), pending.check)
+        raise self.refusal
 
     def reached(self) -> None:
         """The client had an answer from the cluster (see :func:`mark_reached`)."""
@@ -213,18 +219,25 @@ class ConnectionWatch:
         with _lock:
             if self.servers in _reached:
                 return
-            first, last = _unreachable.get(self.servers, (now, now))
+            first, last, refused = _unreachable.get(self.servers, (now, now, frozenset()))
             if now - last > 2 * max(_grace_s(), 1.0):  # an old episode: count afresh
-                first = now
-            _unreachable[self.servers] = (first, now)
+                first, refused = now, frozenset()
+            _unreachable[self.servers] = (first, now, refused | {_address(address)})
         host = address.rsplit(":", 1)[0]
+        broker = address if len(self.addresses) <= 1 else self.servers
         if code == KafkaError._RESOLVE:
-            self._pending = ClusterRefused("unknown host", address, self.principal,
+            self._pending = ClusterRefused("unknown host", broker, self.principal,
                                            f"host {host!r} did not resolve for {{waited}} s", "bootstrap.servers")
         else:
-            self._pending = ClusterRefused("connection refused", address, self.principal,
+            self._pending = ClusterRefused("connection refused", broker, self.principal,
                                            "every connection refused for {waited} s (nothing listens there)",
                                            "bootstrap.servers and that the broker is up")
+
+
+def _address(server: str) -> str:
+    """``host:port`` of a ``bootstrap.servers`` entry or of a broker librdkafka names, lower case, without
+    a ``protocol://`` prefix."""
+    return server.strip().rsplit("://", 1)[-1].lower()
 
 
 def check_client(conf: Mapping[str, Any]) -> None:

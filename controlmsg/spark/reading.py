@@ -199,6 +199,7 @@ def _groups(partitions: Sequence[int], opts: ReadOptions) -> list[list[int]]:
 def _read_to_end(opts: ReadOptions, schema: StructType, partitions: list[int]) -> Iterator[pa.RecordBatch]:
     """Read ``partitions`` to end of stream, yielding Arrow batches of ``schema`` (runs in a worker)."""
     worker_logging()
+    mark_reached(dict(opts.config))  # the driver planned this task with the cluster's answers: see _read_range
     started = time.monotonic()
     deadline = None if opts.timeout is None else started + opts.timeout
     build, _ = _builder(schema, opts)
@@ -472,6 +473,10 @@ def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Ite
     """Read the planned ``[start, end)`` offsets of some partitions (runs in a worker). The driver has read
     them already, so every offset up to ``end - 1`` that ``read_committed`` delivers is there."""
     worker_logging()
+    # The driver planned this task from the cluster's answers: a refused connection here is a broker that
+    # restarts (a task started while it is down), left to the retries; only a refusal of the client itself
+    # (authentication, TLS) fails at once (controlmsg.kafka.refusals).
+    mark_reached(dict(opts.config))
     build, with_watermark = _builder(schema, opts)
     topic = opts.topic
     run = (HEADER_RUN, opts.run_id.encode())
@@ -486,7 +491,6 @@ def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Ite
             marks[p] = _capped(trackers[p].emitted_watermark, part.end_watermark)
     conf = _consumer_conf(opts, eof=False)
     consumer = Consumer(conf)
-    reached = False
     consumer.assign([TopicPartition(topic, p, start) for p, start, stop in part.ranges if start != stop])
     wait_s = opts.timeout if opts.timeout is not None else 120.0
     last_record = time.monotonic()
@@ -501,9 +505,6 @@ def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Ite
                 raise ReadError(f"reading topic {topic!r} failed: {exc.args[0]}") from exc
             if not msgs:
                 check_client(conf)  # a cluster that refuses the consumer (controlmsg.kafka.refusals)
-            elif not reached:
-                reached = True
-                mark_reached(conf)  # this process has reached the cluster: a restart later is retried
             if not msgs and time.monotonic() - last_record > wait_s:
                 raise ReadError(
                     f"topic {topic!r}: partitions {sorted(open_parts)} gave no record for {wait_s:g} s before "

@@ -100,3 +100,28 @@ def test_for_client_installs_a_watch_of_its_own_and_keeps_the_users_callback() -
     assert again["error_cb"].chained == seen.append
     watch(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
     assert len(seen) == 1
+
+
+def test_a_cluster_with_one_address_answering_is_not_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(GRACE_ENV, "0")
+    one, two = _servers(), _servers()
+    watch = _watch(f"{one},{two}")
+    watch(KafkaError(KafkaError._TRANSPORT, REFUSED.format(a=one, node="bootstrap")))  # a node of three is dead
+    watch.check()
+    with pytest.raises(ClusterRefused) as info:  # every address refuses
+        watch(KafkaError(KafkaError._TRANSPORT, REFUSED.format(a=two, node="bootstrap")))
+    assert f"(broker {one},{two}," in str(info.value)
+
+
+def test_each_new_client_after_a_refusal_has_a_grace_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Spark task that failed so is retried: its next attempt must not fail at once."""
+    monkeypatch.setenv(GRACE_ENV, "0.3")
+    servers = _servers()
+    watch = _watch(servers)
+    watch(KafkaError(KafkaError._TRANSPORT, REFUSED.format(a=servers, node="bootstrap")))
+    time.sleep(0.4)
+    with pytest.raises(ClusterRefused):
+        watch.check()
+    retry = _watch(servers)
+    retry(KafkaError(KafkaError._TRANSPORT, REFUSED.format(a=servers, node="bootstrap")))
+    retry.check()  # a new grace
