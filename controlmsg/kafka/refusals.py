@@ -16,25 +16,30 @@ What counts, and how soon:
 =====================================================  =====================================
 refusal (librdkafka error)                             raised
 =====================================================  =====================================
-SASL authentication failed (``_AUTHENTICATION``)       at once
-SASL mechanism not offered (``_AUTHENTICATION``)       at once
-TLS certificate verify failed (``_SSL``)               at once; a probe tells an untrusted
-                                                       CA from a hostname the certificate
-                                                       does not name
-unknown host (``_RESOLVE``), connection refused        after :data:`GRACE_ENV` seconds
-(``_TRANSPORT``)                                       (default 10), once every address of
+SASL authentication failed (``_AUTHENTICATION``)       at once, by every client
+SASL mechanism not offered (``_AUTHENTICATION``)       at once, by every client
+TLS certificate verify failed (``_SSL``)               at once, by every client; a probe tells
+                                                       an untrusted CA from a hostname the
+                                                       certificate does not name
+unknown host (``_RESOLVE``), connection refused        by admin clients only, after
+(``_TRANSPORT``)                                       :data:`GRACE_ENV` seconds (default 10),
+                                                       once every address of
                                                        ``bootstrap.servers`` failed so, and only
                                                        while this process has never reached
                                                        that cluster
 =====================================================  =====================================
 
-The grace: a broker that is starting refuses connections for a few seconds, and a broker that restarts
-in the middle of a run does too (see docs/FAULTS.md): once this process has had an answer from a
-cluster (an admin request that succeeded, transactions initialised, a Spark task its driver planned, or
-librdkafka naming a broker by its node id, which it learns from the cluster's metadata), connection
-errors are left to the retries as before. One dead node of several is not an unreachable cluster: the
-grace runs out only once every address of ``bootstrap.servers`` has failed. Everything else (timeouts,
-a broker that answers slowly, other TLS errors) is left alone here too.
+The grace and its limits: a broker that is starting refuses connections for a few seconds, and a broker
+that restarts in the middle of a run does too (see docs/FAULTS.md), for as long as it takes. The first
+contact of every command, job, pipeline and Spark plan with a cluster is a topic request of an admin
+client (describe or create); only those tell an unreachable cluster, and only until this process has had
+an answer from it (an admin request that succeeded, transactions initialised, a Spark task its driver
+planned, or librdkafka naming a broker by its node id, which it learns from the cluster's metadata).
+Producers and consumers leave refused connections to the retries as before: in Spark each step (a task,
+the driver's commit) may run in a new Python process, in the middle of a broker's restart. One dead node
+of several is not an unreachable cluster: the grace runs out only once every address of
+``bootstrap.servers`` has failed. Everything else (timeouts, a broker that answers slowly, other TLS
+errors) is left alone here too.
 """
 
 from __future__ import annotations
@@ -122,11 +127,14 @@ def mark_reached(config: Mapping[str, Any]) -> None:
 
 class ConnectionWatch:
     """A client's ``error_cb`` (installed by :func:`~controlmsg.kafka.settings.for_client`): see the module.
+    ``unreachable``: this client may tell an unreachable cluster (an admin client: the first contact).
 
     Calls ``chained`` (an ``error_cb`` of the user's) first. Raises :class:`~controlmsg.errors.ClusterRefused`
     from the first refusal it sees; later ones are kept for :meth:`check`. Thread-safe."""
 
-    def __init__(self, config: Mapping[str, Any], chained: Callable[[KafkaError], None] | None = None) -> None:
+    def __init__(self, config: Mapping[str, Any], chained: Callable[[KafkaError], None] | None = None, *,
+                 unreachable: bool = False) -> None:
+        self.unreachable = unreachable
         self.servers = str(config.get("bootstrap.servers", ""))
         self.addresses = frozenset(_address(a) for a in self.servers.split(",") if a.strip())
         self.principal = principal(config)
@@ -192,7 +200,8 @@ class ConnectionWatch:
             return self._authentication(address, detail)
         if "certificate verify failed" in detail and code in (KafkaError._SSL, KafkaError._TRANSPORT):
             return self._certificate(address)
-        if code == KafkaError._RESOLVE or (code == KafkaError._TRANSPORT and "Connection refused" in detail):
+        if self.unreachable and (code == KafkaError._RESOLVE
+                                 or (code == KafkaError._TRANSPORT and "Connection refused" in detail)):
             self._unreachable(address, code)
         return None
 

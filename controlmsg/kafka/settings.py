@@ -147,7 +147,7 @@ def for_client(config: Mapping[str, Any], kind: Literal["producer", "consumer", 
     given = conf.get("error_cb")
     if isinstance(given, ConnectionWatch):  # the settings of another client of ours: a watch of its own
         given = given.chained
-    conf["error_cb"] = ConnectionWatch(conf, given)
+    conf["error_cb"] = ConnectionWatch(conf, given, unreachable=kind == "admin")
     return conf
 
 

@@ -24,9 +24,10 @@ def _servers() -> str:
     return f"127.0.0.1:{uuid.uuid4().int % 50000 + 10000}"  # a cluster no other test's watch has seen
 
 
-def _watch(servers: str, **more: str) -> ConnectionWatch:
-    return ConnectionWatch({"bootstrap.servers": servers, "sasl.username": "pipeline",
-                            "sasl.password": "s3cret", "sasl.mechanism": "SCRAM-SHA-512", **more})
+def _watch(servers: str, *, unreachable: bool = True) -> ConnectionWatch:
+    """The watch of an admin client (``unreachable``), as for_client makes it, or of another client."""
+    return ConnectionWatch({"bootstrap.servers": servers, "sasl.username": "pipeline", "sasl.password": "s3cret",
+                            "sasl.mechanism": "SCRAM-SHA-512"}, unreachable=unreachable)
 
 
 def test_authentication_is_refused_at_once_and_then_kept() -> None:
@@ -64,6 +65,19 @@ def test_a_refused_connection_is_told_after_its_grace(monkeypatch: pytest.Monkey
                                       f"connection refused for 0 s")
 
 
+def test_producers_and_consumers_leave_refused_connections_to_the_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In Spark a step may run in a new process while a broker restarts: only the first contact (topic admin)
+    tells an unreachable cluster. A refusal of the client itself is told by every client."""
+    monkeypatch.setenv(GRACE_ENV, "0")
+    servers = _servers()
+    consumer = _watch(servers, unreachable=False)
+    consumer(KafkaError(KafkaError._TRANSPORT, REFUSED.format(a=servers, node="bootstrap")))
+    consumer(KafkaError(KafkaError._RESOLVE, REFUSED.format(a=servers, node="bootstrap")))
+    consumer.check()
+    with pytest.raises(ClusterRefused, match="SASL authentication refused"):
+        consumer(KafkaError(KafkaError._AUTHENTICATION, AUTH.format(a=servers)))
+
+
 def test_the_grace_is_counted_across_the_clients_of_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(GRACE_ENV, "0.3")
     servers = _servers()
@@ -94,10 +108,10 @@ def test_for_client_installs_a_watch_of_its_own_and_keeps_the_users_callback() -
     seen: list[KafkaError] = []
     conf = for_client({"bootstrap.servers": "h:1", "error_cb": seen.append}, "producer")
     watch = conf["error_cb"]
-    assert isinstance(watch, ConnectionWatch) and watch.chained == seen.append
+    assert isinstance(watch, ConnectionWatch) and watch.chained == seen.append and not watch.unreachable
     again = for_client(conf, "admin")  # another client from the first one's settings
     assert isinstance(again["error_cb"], ConnectionWatch) and again["error_cb"] is not watch
-    assert again["error_cb"].chained == seen.append
+    assert again["error_cb"].chained == seen.append and again["error_cb"].unreachable
     watch(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
     assert len(seen) == 1
 
