@@ -139,7 +139,6 @@ class ConnectionWatch:
         self.addresses = frozenset(_address(a) for a in self.servers.split(",") if a.strip())
         self.principal = principal(config)
         self.mechanism = str(config.get("sasl.mechanism", config.get("sasl.mechanisms", "GSSAPI")))
-        self.protocol = str(config.get("security.protocol", "plaintext"))
         self.ca = config.get("ssl.ca.location")
         self.ca_pem = config.get("ssl.ca.pem")
         self.verify_host = str(config.get("ssl.endpoint.identification.algorithm", "https")).lower() != "none"
@@ -173,7 +172,7 @@ class ConnectionWatch:
             waited = time.monotonic() - first
             if not self.addresses <= refused or waited < _grace_s():
                 return  # within the grace, or some bootstrap address has not failed (it may answer)
-            del _unreachable[self.servers]  # the next client (a retried Spark task) has a grace of its own
+            _unreachable.pop(self.servers, None)  # the next client (a retried command) has a grace of its own
         pending = self._pending
         self.refusal = ClusterRefused(pending.what, pending.broker, pending.principal,
                                       pending.detail.replace("{waited}", f"{waited:.0f}"), pending.check)
