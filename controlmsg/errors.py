@@ -14,6 +14,7 @@ from dataclasses import dataclass
 __all__ = [
     "BrokerError",
     "CheckpointError",
+    "ClusterRefused",
     "ConfigError",
     "ControlMsgError",
     "DecodeError",
@@ -105,3 +106,21 @@ class TopicError(ControlMsgError):
 
 class ReadError(ControlMsgError):
     """Kafka reported an error while reading (other than a protocol error in a record)."""
+
+
+class ClusterRefused(ControlMsgError):
+    """The cluster refused the client itself, so no request can pass: SASL authentication failed (a wrong
+    user name or password), a SASL mechanism the broker does not offer, a broker certificate the client
+    does not trust or that does not name the host it was reached by, or (after a short grace) a broker
+    address that does not resolve or refuses connections. One line: what was refused, by which broker,
+    for which principal, and what to check; never a secret. Raised by every waiting call of a client
+    controlmsg made (:mod:`controlmsg.kafka.refusals`)."""
+
+    def __init__(self, what: str, broker: str, principal: str | None, detail: str, check: str) -> None:
+        self.what = what
+        self.broker = broker
+        self.principal = principal
+        self.detail = detail
+        self.check = check
+        who = f", principal {principal}" if principal else ""
+        super().__init__(f"{what} (broker {broker}{who}): {detail}; check {check}")

@@ -252,6 +252,7 @@ _TODO: Final = {
     "DeliveryError": "check the cluster, the topic and this principal's rights on it, then run the job again",
     "ReadError": "fix or set aside the record named (see docs/SPARK.md, bad records), or check the cluster",
     "ConfigError": "fix the Kafka client setting named (-X, --kafka-config)",
+    "ClusterRefused": "fix what the line says to check (-X, --kafka-config), then run the job again",
 }
 _MAX_CAUSE: Final = 400
 

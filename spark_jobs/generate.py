@@ -98,6 +98,7 @@ def generate(config: dict[str, Any], topic: str, cfg: GeneratorConfig) -> dict[i
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from controlmsg.errors import ControlMsgError
     from controlmsg.kafka.admin import add_topic_options, create_topic, partition_count, topic_settings_from_args
     from controlmsg.kafka.settings import STARTS_LOCAL_BROKER_HELP, add_client_options, client_config_from_args
     from spark_jobs.events import parse_duration
@@ -118,11 +119,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--speedup", type=float, default=1.0, help="event time runs this much faster than wall time")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
-    config: dict[str, Any] = dict(client_config_from_args(args, start_local=True))  # as the pipeline does
-    if partition_count(config, args.topic) is None:
-        topics = topic_settings_from_args(args)
-        create_topic(config, args.topic, args.partitions, replication_factor=topics.replication_factor,
-                     topic_config=topics.config)
+    try:
+        config: dict[str, Any] = dict(client_config_from_args(args, start_local=True))  # as the pipeline does
+        if partition_count(config, args.topic) is None:
+            topics = topic_settings_from_args(args)
+            create_topic(config, args.topic, args.partitions, replication_factor=topics.replication_factor,
+                         topic_config=topics.config)
+    except ControlMsgError as exc:  # settings, or a cluster that cannot be reached or refuses: one line, no trace
+        print(f"generate: {exc}", file=sys.stderr)
+        return 1
     start_ms = None
     if args.start:
         start_ms = int(datetime.fromisoformat(args.start.replace("Z", "+00:00")).timestamp() * 1000)

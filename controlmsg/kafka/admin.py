@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
@@ -13,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from controlmsg.errors import TopicError
+from controlmsg.kafka.refusals import ConnectionWatch, denied, mark_reached
 from controlmsg.kafka.retry import retrying
 from controlmsg.kafka.settings import for_client
 
@@ -22,8 +25,6 @@ __all__ = [
 ]
 
 
-# What a broker answers a principal that no ACL allows the operation (Kafka's StandardAuthorizer).
-_DENIED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED})
 # What librdkafka says when no broker answered at all: a wrong address, or the wrong security protocol.
 _NO_ANSWER = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
 
@@ -31,8 +32,34 @@ _NO_ANSWER = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError
 T = TypeVar("T")
 
 
+class _Admin(AdminClient):
+    """An AdminClient that keeps its :class:`~controlmsg.kafka.refusals.ConnectionWatch`."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        super().__init__(conf)
+        self.watch: ConnectionWatch | None = conf.get("error_cb") if isinstance(conf.get("error_cb"),
+                                                                                ConnectionWatch) else None
+
+
 def _admin(config: Mapping[str, Any]) -> AdminClient:
-    return AdminClient(for_client(config, "admin"))
+    return _Admin(for_client(config, "admin"))
+
+
+def _result(admin: AdminClient, future: Future[T], timeout: float) -> T:
+    """``future.result(timeout)`` of a request of ``admin``, serving the client's callbacks meanwhile, so
+    that a cluster that refuses the client raises :class:`~controlmsg.errors.ClusterRefused` within a
+    second of librdkafka saying so (:mod:`controlmsg.kafka.refusals`) instead of at the timeout."""
+    deadline = time.monotonic() + timeout
+    watch = admin.watch if isinstance(admin, _Admin) else None
+    while True:
+        try:
+            return future.result(timeout=min(0.2, max(deadline - time.monotonic(), 0.0)))
+        except FutureTimeout:
+            if time.monotonic() >= deadline:
+                raise
+        admin.poll(0)
+        if watch is not None:
+            watch.check()
 
 
 class _AdminSession:
@@ -62,16 +89,17 @@ class _AdminSession:
             tries += 1
             return call(self.client)
 
-        return retrying(attempt, timeout=timeout)
+        result = retrying(attempt, timeout=timeout)
+        mark_reached(self.config)
+        return result
 
 
 def _failure(config: Mapping[str, Any], operation: str, topic: str, error: KafkaError, detail: object) -> str:
     """One line on why ``operation`` on ``topic`` failed: refused, who asked (``sasl.username``); no
     answer, where and how it asked. ``detail``: what to quote of the error otherwise."""
-    if error.code() in _DENIED:
-        user = config.get("sasl.username")
-        who = f" (principal User:{user})" if user else ""
-        return f"not authorized to {operation} topic {topic!r}{who}: {error.str()}"
+    refused = denied(config, error, f"{operation} topic {topic!r}", repr(topic))
+    if refused is not None:
+        return refused
     if error.code() in _NO_ANSWER:
         protocol = config.get("security.protocol", "plaintext")
         return (f"cannot {operation} topic {topic!r}: {error.str()} (no answer from "
@@ -149,8 +177,8 @@ def create_topic(
                    config=dict(topic_config or {}))
 
     def create(admin: AdminClient) -> None:  # each try waits up to 10 s, so a stuck one leaves time to retry
-        admin.create_topics([new], operation_timeout=min(timeout, 8.0),
-                            request_timeout=min(timeout, 10.0))[topic].result(timeout=timeout)
+        _result(admin, admin.create_topics([new], operation_timeout=min(timeout, 8.0),
+                                           request_timeout=min(timeout, 10.0))[topic], timeout)
 
     try:
         session.retrying(create, timeout=timeout)
@@ -180,7 +208,7 @@ def _describe(session: _AdminSession, topic: str, timeout: float) -> int | None:
     def describe(admin: AdminClient) -> int | None:
         future = admin.describe_topics(TopicCollection([topic]), request_timeout=min(timeout, 10.0))[topic]
         try:
-            return len(future.result().partitions)
+            return len(_result(admin, future, timeout + 5.0).partitions)
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 return None

@@ -24,7 +24,8 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from controlmsg.core.codec import encode_control
 from controlmsg.core.messages import ControlMessage
 from controlmsg.errors import DeliveryError
-from controlmsg.kafka.retry import is_retriable, retrying_transaction
+from controlmsg.kafka.refusals import check_client, denied
+from controlmsg.kafka.retry import init_transactions, is_retriable, retrying_transaction
 from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import HEADER_RUN, HEADER_TASK, produce_waiting
 
@@ -50,24 +51,33 @@ class MarkerStore:
         self.group = group
         self.topic = topic
         self.timeout = timeout
-        self._consumer = Consumer({**for_client(config, "consumer"), "group.id": group,
-                                   "enable.auto.commit": False, "isolation.level": "read_committed"})
+        self._config = config
+        self._conf = {**for_client(config, "consumer"), "group.id": group, "enable.auto.commit": False,
+                      "isolation.level": "read_committed"}
+        self._consumer = Consumer(self._conf)
 
     def load(self) -> dict[str, Any] | None:
         """The committed marker, or ``None``. Retries while the group coordinator is loading or moving
-        (retriable errors) up to ``timeout`` s; raises :class:`DeliveryError` naming the topic and group."""
+        (retriable errors) up to ``timeout`` s; raises :class:`DeliveryError` naming the topic and group,
+        :class:`~controlmsg.errors.ClusterRefused` within seconds when the cluster refuses the client (the
+        lookup asks in calls of at most 2 s, serving the consumer's callbacks between them)."""
         deadline = time.monotonic() + self.timeout
         while True:
             try:
-                (tp,) = self._consumer.committed([TopicPartition(self.topic, 0)], timeout=self.timeout)
+                (tp,) = self._consumer.committed([TopicPartition(self.topic, 0)],
+                                                 timeout=max(min(2.0, deadline - time.monotonic()), 0.1))
                 error = tp.error
             except KafkaException as exc:
                 error = exc.args[0]
             if error is None:
                 break
+            self._consumer.poll(0)  # serves the error callback: it joins no group and is assigned nothing
+            check_client(self._conf)
             if not is_retriable(error) or time.monotonic() >= deadline:
                 raise DeliveryError(
-                    f"cannot look up the commit marker of {self.group!r} on topic {self.topic!r}: {error}")
+                    denied(self._config, error, f"look up the commit marker of group {self.group!r} on topic "
+                                                f"{self.topic!r}", repr(self.group))
+                    or f"cannot look up the commit marker of {self.group!r} on topic {self.topic!r}: {error}")
             time.sleep(0.2)
         if tp.offset < 0:
             return None
@@ -118,12 +128,16 @@ def write_control_round(
     Used by the driver of a Spark write, which writes control messages on behalf of its tasks (see
     :mod:`controlmsg.spark.writing`).
     """
-    producer = Producer({**for_client(config, "producer"), "transactional.id": transactional_id})
+    conf = {**for_client(config, "producer"), "transactional.id": transactional_id}
+    producer = Producer(conf)
     with MarkerStore(config, transactional_id, topic, timeout) as store:
         try:
-            retrying_transaction(producer.init_transactions, timeout=timeout)
+            init_transactions(producer, conf, timeout=timeout)
         except KafkaException as exc:
-            raise DeliveryError(f"cannot start transactions on topic {topic!r}: {exc.args[0]}") from exc
+            raise DeliveryError(
+                denied(conf, exc.args[0], f"start transactions on topic {topic!r} as transactional id "
+                                          f"{transactional_id!r}", repr(transactional_id))
+                or f"cannot start transactions on topic {topic!r}: {exc.args[0]}") from exc
         committed = store.load()
         decided = plan(committed)
         if decided is None:

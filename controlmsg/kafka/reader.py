@@ -34,6 +34,7 @@ from controlmsg.kafka.deadletter import (
     DeadLetters,
     check_dead_letter_topic,
 )
+from controlmsg.kafka.refusals import check_client
 from controlmsg.kafka.retry import ConsumerErrors
 from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import HEADER_RUN, HEADER_TASK
@@ -213,6 +214,7 @@ class ControlReader:
             **for_client(config, "consumer"),
         }
         self._consumer = Consumer(conf)
+        self._conf = conf
         self._consumer.assign([TopicPartition(topic, p, o) for p, o in self._positions.items()])
         self._dlq: DeadLetters | None = None
         if dead_letter_topic is not None:
@@ -279,9 +281,12 @@ class ControlReader:
             return []
         try:
             # confluent-kafka's Message offsets are Optional; records read are never None
-            return cast(list[Any], self._consumer.consume(self.batch_size, timeout))
+            msgs = cast(list[Any], self._consumer.consume(self.batch_size, timeout))
         except KafkaException as exc:
             raise ReadError(f"reading topic {self.topic!r} failed: {exc.args[0]}") from exc
+        if not msgs:
+            check_client(self._conf)  # a cluster that refuses this consumer (controlmsg.kafka.refusals)
+        return msgs
 
     def _check_error(self, msg: Any) -> None:
         """A message that carries an error: end of a partition passes, so does an error the consumer

@@ -8,12 +8,17 @@ cluster answers these while a broker restarts or a partition moves, and they pas
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Final, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeVar
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Producer
 
-__all__ = ["PASSING_CONSUMER_ERRORS", "RETRIABLE", "ConsumerErrors", "is_retriable", "retrying", "retrying_transaction"]
+from controlmsg.kafka.refusals import check_client, mark_reached
+
+__all__ = [
+    "PASSING_CONSUMER_ERRORS", "RETRIABLE", "ConsumerErrors", "init_transactions", "is_retriable", "retrying",
+    "retrying_transaction",
+]
 
 T = TypeVar("T")
 
@@ -70,6 +75,25 @@ def retrying_transaction(call: Callable[[float], T], *, timeout: float, what: st
                 raise
         time.sleep(wait)
         wait = min(wait * 2, 2.0)
+
+
+_INIT_SLICE_S: Final = 3.0
+
+
+def init_transactions(producer: Producer, conf: Mapping[str, Any], *, timeout: float) -> None:
+    """``producer.init_transactions`` (``producer`` made from ``conf``, a
+    :func:`~controlmsg.kafka.settings.for_client` result) under :func:`retrying_transaction`, in calls of
+    at most 3 s with the producer's callbacks served between them: the call itself serves none, so a
+    cluster that refuses the producer (a wrong password) would keep it waiting for ``timeout``; this way
+    it raises :class:`~controlmsg.errors.ClusterRefused` within seconds (:mod:`controlmsg.kafka.refusals`).
+    A timed-out call resumes the same initialisation (librdkafka: "retry call to resume")."""
+    def attempt(left: float) -> None:
+        producer.poll(0)
+        check_client(conf)
+        producer.init_transactions(min(left, _INIT_SLICE_S))
+
+    retrying_transaction(attempt, timeout=timeout, what="init_transactions")
+    mark_reached(conf)
 
 
 PASSING_CONSUMER_ERRORS: Final = frozenset({

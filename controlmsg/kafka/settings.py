@@ -133,12 +133,21 @@ def worker_logging() -> None:
 def for_client(config: Mapping[str, Any], kind: Literal["producer", "consumer", "admin"]) -> dict[str, Any]:
     """``config`` for a client of ``kind``: everything, except the settings librdkafka defines for the other
     kinds only (an admin client takes neither kind's), with ``logger`` set to :data:`CLIENT_LOGGER` unless
-    ``config`` names one. Unknown settings pass, so librdkafka names them. Every Consumer, Producer and
+    ``config`` names one, and ``error_cb`` a new :class:`~controlmsg.kafka.refusals.ConnectionWatch` (which
+    calls an ``error_cb`` of ``config`` first): a cluster that refuses the client (authentication, TLS, an
+    address that does not answer) raises :class:`~controlmsg.errors.ClusterRefused` from the client's
+    calls within seconds. Unknown settings pass, so librdkafka names them. Every Consumer, Producer and
     AdminClient controlmsg creates takes its settings from here."""
+    from controlmsg.kafka.refusals import ConnectionWatch
+
     drop = (PRODUCER_ONLY if kind == "consumer" else CONSUMER_ONLY if kind == "producer"
             else PRODUCER_ONLY | CONSUMER_ONLY)
     conf = {k: v for k, v in config.items() if k not in drop}
     conf.setdefault("logger", CLIENT_LOGGER)
+    given = conf.get("error_cb")
+    if isinstance(given, ConnectionWatch):  # the settings of another client of ours: a watch of its own
+        given = given.chained
+    conf["error_cb"] = ConnectionWatch(conf, given, unreachable=kind == "admin")
     return conf
 
 
@@ -204,7 +213,10 @@ def check_settings(config: Mapping[str, Any], origin: Mapping[str, str] | None =
                 Consumer({**conf, "group.id": conf.get("group.id", "controlmsg-settings-check")}).close()
         except KafkaException as exc:
             message = exc.args[0].str() if hasattr(exc.args[0], "str") else str(exc)
-            named = next((k for k in config if f'"{k}"' in message), None) or _culprit(config, kind)
+            named = (next((k for k in config if f'"{k}"' in message), None)  # Invalid value for "k"
+                     or next((k for k in config if re.search(rf"(?<![\w.]){re.escape(k)}(?![\w.])", message)),
+                             None)  # ssl.ca.location failed: ... (a file that cannot be read)
+                     or _culprit(config, kind))
             where = ""
             if named is not None:
                 where = f" {named!r}" + (f" (from {origin[named]})" if origin and named in origin else "")
@@ -216,7 +228,7 @@ def _culprit(config: Mapping[str, Any], kind: Literal["producer", "consumer"]) -
     from confluent_kafka import Consumer, KafkaException, Producer
 
     for key, value in for_client(config, kind).items():
-        if key == "logger":
+        if key in ("logger", "error_cb"):
             continue
         conf = {key: value, "log_level": 0}
         try:

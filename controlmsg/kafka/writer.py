@@ -14,6 +14,7 @@ value layout never depends on headers.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -24,7 +25,8 @@ from controlmsg.core.codec import encode_control, encode_json, encode_user
 from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
 from controlmsg.errors import DeliveryError
 from controlmsg.kafka.admin import wait_for_topic
-from controlmsg.kafka.retry import retrying_transaction
+from controlmsg.kafka.refusals import check_client, denied
+from controlmsg.kafka.retry import init_transactions, retrying_transaction
 from controlmsg.kafka.settings import for_client
 
 __all__ = ["HEADER_RUN", "HEADER_SEQ", "HEADER_TASK", "ControlWriter", "fence_transactions", "produce_waiting"]
@@ -64,11 +66,13 @@ def fence_transactions(config: Mapping[str, Any], transactional_ids: Sequence[st
     these ids still had in flight can commit. For tasks that will not start again under their id (a
     rescale to fewer tasks). Raises :class:`DeliveryError` naming the id when the broker refuses."""
     for tid in transactional_ids:
-        producer = Producer({**for_client(config, "producer"), "transactional.id": tid})
+        conf = {**for_client(config, "producer"), "transactional.id": tid}
+        producer = Producer(conf)
         try:
-            retrying_transaction(producer.init_transactions, timeout=timeout)
+            init_transactions(producer, conf, timeout=timeout)
         except KafkaException as exc:
-            raise DeliveryError(f"cannot fence transactional id {tid!r}: {exc.args[0]}") from exc
+            raise DeliveryError(denied(config, exc.args[0], f"fence transactional id {tid!r}", repr(tid))
+                                or f"cannot fence transactional id {tid!r}: {exc.args[0]}") from exc
         finally:
             producer.flush(0)
 
@@ -111,9 +115,11 @@ class ControlWriter:
         conf = {"delivery.report.only.error": True, **for_client(config, "producer")}
         self._errors: list[str] = []
         self._error_count = 0
+        self._denied: str | None = None  # the first delivery error that is an ACL refusal, in words
         conf["on_delivery"] = self._on_delivery
         self.partitions = partitions if partitions is not None else wait_for_topic(conf, topic, topic_timeout)
         self._producer = Producer(conf)
+        self._conf = conf
         self._produce_call = self._producer.produce
         self._seq = 0
         self._since_poll = 0
@@ -125,10 +131,13 @@ class ControlWriter:
         self._transactional = "transactional.id" in conf
         if self._transactional:
             try:
-                retrying_transaction(self._producer.init_transactions, timeout=topic_timeout)
+                init_transactions(self._producer, conf, timeout=topic_timeout)
                 self._producer.begin_transaction()
             except KafkaException as exc:
-                raise DeliveryError(f"cannot start transactions on topic {topic!r}: {exc.args[0]}") from exc
+                tid = conf["transactional.id"]
+                raise DeliveryError(
+                    denied(conf, exc.args[0], f"start transactions on topic {topic!r} as transactional id {tid!r}",
+                           repr(tid)) or f"cannot start transactions on topic {topic!r}: {exc.args[0]}") from exc
 
     # ------------------------------------------------------------------ delivery
 
@@ -136,6 +145,8 @@ class ControlWriter:
         # Purged records are the ones an aborted transaction threw away on purpose, not failures.
         if err is not None and err.code() not in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
             self._error_count += 1
+            if self._denied is None:
+                self._denied = denied(self._conf, err, f"write to topic {self.topic!r}", repr(self.topic))
             if len(self._errors) < 5:
                 self._errors.append(f"partition {msg.partition()}: {err.str()}")
 
@@ -160,8 +171,10 @@ class ControlWriter:
 
     def _raise_errors(self) -> None:
         if self._error_count:
-            count, first = self._error_count, "; ".join(self._errors)
-            self._error_count, self._errors = 0, []
+            count, first, refused = self._error_count, "; ".join(self._errors), self._denied
+            self._error_count, self._errors, self._denied = 0, [], None
+            if refused is not None:  # an ACL refusal: the principal and the resource, in one line
+                raise DeliveryError(f"{count} record(s) to topic {self.topic!r} were not delivered: {refused}")
             raise DeliveryError(f"{count} record(s) to topic {self.topic!r} were not delivered: {first}")
 
     # ------------------------------------------------------------------ user messages
@@ -274,10 +287,21 @@ class ControlWriter:
     def flush(self, timeout: float = 60.0) -> None:
         """Block until everything sent is delivered. Raises :class:`DeliveryError` if any record failed
         or records are still queued after ``timeout`` seconds."""
-        left = self._producer.flush(timeout)
+        left = self._flush(timeout)
         self._raise_errors()
         if left:
             raise DeliveryError(f"{left} record(s) to topic {self.topic!r} still undelivered after {timeout:g} s")
+
+    def _flush(self, timeout: float) -> int:
+        """``producer.flush(timeout)`` in waits of half a second, between which a cluster that refuses the
+        producer raises :class:`~controlmsg.errors.ClusterRefused` (flush serves the error callback, but
+        returns only at its timeout). Returns the records still queued."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left: int = self._producer.flush(max(min(0.5, deadline - time.monotonic()), 0.0))
+            if not left or time.monotonic() >= deadline:
+                return left
+            check_client(self._conf)
 
     def commit(self, timeout: float = 60.0) -> None:
         """Transactional writers: commit everything sent since the last commit and open a new transaction.

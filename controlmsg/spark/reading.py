@@ -81,6 +81,7 @@ from controlmsg.errors import ControlMsgError, Location, ProtocolError, ReadErro
 from controlmsg.kafka.admin import wait_for_topic
 from controlmsg.kafka.deadletter import DeadLetters, check_dead_letter_topic
 from controlmsg.kafka.reader import ControlReader, DataColumns, DataRecord, same_run
+from controlmsg.kafka.refusals import check_client, mark_reached
 from controlmsg.kafka.retry import ConsumerErrors
 from controlmsg.kafka.settings import for_client, worker_logging
 from controlmsg.kafka.writer import HEADER_RUN
@@ -208,6 +209,7 @@ def _groups(partitions: Sequence[int], opts: ReadOptions) -> list[list[int]]:
 def _read_to_end(opts: ReadOptions, schema: StructType, partitions: list[int]) -> Iterator[pa.RecordBatch]:
     """Read ``partitions`` to end of stream, yielding Arrow batches of ``schema`` (runs in a worker)."""
     worker_logging()
+    mark_reached(dict(opts.config))  # the driver planned this task with the cluster's answers: see _read_range
     started = time.monotonic()
     deadline = None if opts.timeout is None else started + opts.timeout
     build, _ = _builder(schema, opts)
@@ -303,6 +305,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = False
         self._started = time.monotonic()
         self._consumer: Consumer | None = None
+        self._consumer_settings: dict[str, Any] = {}
         self._scan: _Scan | None = None  # where the consumer stands, when it is in step with a scan
         self._at_end: set[int] = set()  # partitions the consumer has read to their end (no record since)
         self._errors = ConsumerErrors()
@@ -406,7 +409,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _open_consumer(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer(_consumer_conf(self.opts, eof=True))
+            self._consumer_settings = _consumer_conf(self.opts, eof=True)
+            self._consumer = Consumer(self._consumer_settings)
         return self._consumer
 
     def _advance(self, scan: _Scan, max_rows: int | None) -> bool:
@@ -430,6 +434,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 msgs: list[Any] = consumer.consume(1000, _POLL_S)
             except KafkaException as exc:
                 raise ReadError(f"reading topic {topic!r} failed: {exc.args[0]}") from exc
+            if not msgs:
+                check_client(self._consumer_settings)  # a cluster that refuses the consumer
             for i, msg in enumerate(msgs):
                 p = msg.partition()
                 err = msg.error()
@@ -499,6 +505,10 @@ def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Ite
     """Read the planned ``[start, end)`` offsets of some partitions (runs in a worker). The driver has read
     them already, so every offset up to ``end - 1`` that ``read_committed`` delivers is there."""
     worker_logging()
+    # The driver planned this task from the cluster's answers: a refused connection here is a broker that
+    # restarts (a task started while it is down), left to the retries; only a refusal of the client itself
+    # (authentication, TLS) fails at once (controlmsg.kafka.refusals).
+    mark_reached(dict(opts.config))
     build, with_watermark = _builder(schema, opts)
     topic = opts.topic
     run = (HEADER_RUN, opts.run_id.encode())
@@ -511,7 +521,8 @@ def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Ite
             trackers[p] = InputTracker.restore(part.bookkeeping, opts.run_id)
             trackers[p].topic = topic
             marks[p] = _capped(trackers[p].emitted_watermark, part.end_watermark)
-    consumer = Consumer(_consumer_conf(opts, eof=False))
+    conf = _consumer_conf(opts, eof=False)
+    consumer = Consumer(conf)
     consumer.assign([TopicPartition(topic, p, start) for p, start, stop in part.ranges if start != stop])
     wait_s = opts.timeout if opts.timeout is not None else 120.0
     last_record = time.monotonic()
@@ -524,6 +535,8 @@ def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Ite
                 msgs: list[Any] = consumer.consume(max(opts.batch_rows, 1000), _POLL_S)
             except KafkaException as exc:
                 raise ReadError(f"reading topic {topic!r} failed: {exc.args[0]}") from exc
+            if not msgs:
+                check_client(conf)  # a cluster that refuses the consumer (controlmsg.kafka.refusals)
             if not msgs and time.monotonic() - last_record > wait_s:
                 raise ReadError(
                     f"topic {topic!r}: partitions {sorted(open_parts)} gave no record for {wait_s:g} s before "

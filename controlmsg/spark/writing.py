@@ -68,6 +68,7 @@ from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import ControlMsgError
 from controlmsg.kafka.admin import create_topic, partition_count
 from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
+from controlmsg.kafka.refusals import mark_reached
 from controlmsg.kafka.settings import worker_logging
 from controlmsg.kafka.writer import ControlWriter
 from controlmsg.spark.options import WriteOptions
@@ -351,6 +352,9 @@ def _write_task(plan: _Plan, batches: Iterator[pa.RecordBatch], *, batch_id: int
     from pyspark import TaskContext
 
     worker_logging()
+    # The driver planned this task from the cluster's answers: a refused connection here is a broker that
+    # restarts, left to the retries; a refusal of the client itself fails at once (controlmsg.kafka.refusals).
+    mark_reached(dict(plan.opts.config))
 
     started = time.monotonic()
     ctx = TaskContext.get()

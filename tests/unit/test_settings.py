@@ -8,6 +8,7 @@ import logging
 import socket
 import time
 from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 
@@ -90,18 +91,29 @@ def test_unknown_or_refused_settings_are_named(tmp_path: Path) -> None:
         client_config(bootstrap_servers="b:1", settings=["isolation.level=sometimes"])
     with pytest.raises(ConfigError, match="expected key=value"):
         client_config(bootstrap_servers="b:1", settings=["linger.ms"])
+    # A CA file that is missing: librdkafka names the setting without quotes ("ssl.ca.location failed: ...").
+    with pytest.raises(ConfigError, match=r"'ssl\.ca\.location' \(from -X\).*ssl\.ca\.location failed"):
+        client_config(bootstrap_servers="b:1", settings=["security.protocol=SASL_SSL", "sasl.mechanism=SCRAM-SHA-512",
+                                                         "sasl.username=u", "sasl.password=p",
+                                                         f"ssl.ca.location={tmp_path / 'no-such-ca.pem'}"])
 
 
 def test_each_client_gets_everything_but_the_other_kinds_settings() -> None:
+    from controlmsg.kafka.refusals import ConnectionWatch
     from controlmsg.kafka.settings import CLIENT_LOGGER, for_client
 
     config = {"bootstrap.servers": "b:1", "sasl.password": "s", "enable.ssl.certificate.verification": "false",
               "oauthbearer_token_refresh_cb": "cb", "linger.ms": "5", "isolation.level": "read_committed"}
     log = {"logger": CLIENT_LOGGER}
-    assert for_client(config, "producer") == {**{k: v for k, v in config.items() if k != "isolation.level"}, **log}
-    assert for_client(config, "consumer") == {**{k: v for k, v in config.items() if k != "linger.ms"}, **log}
-    assert for_client(config, "admin") == {**{k: v for k, v in config.items()
-                                              if k not in ("linger.ms", "isolation.level")}, **log}
+
+    def made(kind: Literal["producer", "consumer", "admin"]) -> dict[str, Any]:
+        conf = for_client(config, kind)
+        assert isinstance(conf.pop("error_cb"), ConnectionWatch)  # each client's own (test_refusals.py)
+        return conf
+
+    assert made("producer") == {**{k: v for k, v in config.items() if k != "isolation.level"}, **log}
+    assert made("consumer") == {**{k: v for k, v in config.items() if k != "linger.ms"}, **log}
+    assert made("admin") == {**{k: v for k, v in config.items() if k not in ("linger.ms", "isolation.level")}, **log}
     own = logging.getLogger("mine")
     assert for_client({**config, "logger": own}, "consumer")["logger"] is own
 

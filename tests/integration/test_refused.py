@@ -1,0 +1,264 @@
+"""A cluster that refuses the client, on the project's secured broker (SASL_SSL, SCRAM-SHA-512, ACLs): every
+refusal fails within seconds, in one line that says what was refused, by which broker, for which principal
+and what to check, never a secret (issue 25, item 1; :mod:`controlmsg.kafka.refusals`).
+
+Before, each of these waited for the command's timeout (``consume --timeout 60``: a minute) and then said
+"timed out ... no answer from ...: check both". The bounds below are generous against that minute: a
+refusal that is definitive (authentication, TLS) is told in about a second, an address that does not
+answer after its grace (10 s).
+
+The module starts its own secured broker (the fixture of ``test_secured_broker``), stopped at the end.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from controlmsg.errors import ClusterRefused, DeliveryError
+from controlmsg.kafka.admin import create_topic
+from controlmsg.kafka.settings import client_config, for_client, read_properties
+from controlmsg.kafka.writer import ControlWriter
+from controlmsg.testing.processes import free_ports
+
+from .test_secured_broker import Secured, _cli, _error_lines, secured
+
+__all__ = ["secured"]  # the module's broker
+
+pytestmark = pytest.mark.kafka
+
+DEFINITIVE_S = 20.0  # authentication and TLS refusals: told at once (about a second here)
+GRACE_BOUND_S = 25.0  # unknown host, closed port: told after the 10 s grace
+
+
+def _topic(secured: Secured) -> str:
+    name = f"refused-{uuid.uuid4().hex[:8]}"
+    create_topic(client_config(config_file=secured.properties["pipeline"]), name, 2)
+    return name
+
+
+def _refused(secured: Secured, *settings: str, command: str = "consume", bound: float = DEFINITIVE_S) -> str:
+    """Run ``controlmsg <command>`` as the pipeline user with ``-X`` ``settings`` on top; return its one error
+    line, having checked that it failed with exit code 1 within ``bound`` s, printed no trace and no
+    password."""
+    topic = _topic(secured)
+    args = ["--kafka-config", str(secured.properties["pipeline"]), *(a for s in settings for a in ("-X", s)),
+            "--topic", topic]
+    if command == "consume":
+        args += ["--until-eos", "--timeout", "60"]
+    elif command == "create-topic":
+        args = [*args[:-1], f"{topic}-new", "--partitions", "1"]
+    elif command == "produce":
+        args += ["--task-name", "t0", "--task-count", "1", "--eos"]
+    started = time.monotonic()
+    proc = _cli(command, *args, secret=(*secured.passwords, "not-the-password"), stdin=b'{"n": 1}\n')
+    took = time.monotonic() - started
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    [line] = _error_lines(proc.stderr)
+    assert took < bound, f"controlmsg {command} took {took:.1f} s to say: {line}"
+    print(f"{took:.1f} s: {line}", file=sys.stderr)
+    return line
+
+
+def _broker(secured: Secured) -> str:
+    return secured.bootstrap_servers
+
+
+def test_wrong_password(secured: Secured) -> None:
+    line = _refused(secured, "sasl.password=not-the-password")
+    assert line.startswith("error: SASL authentication refused")
+    assert f"broker {_broker(secured)}" in line and "principal User:pipeline" in line
+    assert "wrong user name or password" in line and "check sasl.username and sasl.password" in line
+
+
+def test_a_user_that_does_not_exist(secured: Secured) -> None:
+    line = _refused(secured, "sasl.username=ghost", command="create-topic")
+    assert line.startswith("error: SASL authentication refused")
+    assert f"broker {_broker(secured)}" in line and "principal User:ghost" in line
+    assert "check sasl.username and sasl.password" in line
+
+
+def test_a_mechanism_the_broker_does_not_offer(secured: Secured) -> None:
+    line = _refused(secured, "sasl.mechanism=SCRAM-SHA-256", command="produce")
+    assert line.startswith("error: SASL mechanism refused")
+    assert f"broker {_broker(secured)}" in line and "principal User:pipeline" in line
+    assert "does not offer SCRAM-SHA-256 (it offers SCRAM-SHA-512)" in line and "check sasl.mechanism" in line
+
+
+def test_a_ca_that_did_not_sign_the_broker_certificate(secured: Secured, tmp_path: Path) -> None:
+    other = tmp_path / "other-ca.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tmp_path / "k.pem"),
+                    "-out", str(other), "-days", "1", "-subj", "/CN=another CA"], check=True, capture_output=True)
+    line = _refused(secured, f"ssl.ca.location={other}")
+    assert line.startswith("error: TLS certificate not trusted")
+    assert f"broker {_broker(secured)}" in line and "principal User:pipeline" in line
+    assert f"not signed by a CA of ssl.ca.location '{other}'" in line and "check ssl.ca.location" in line
+
+
+def test_a_missing_ca_file(secured: Secured, tmp_path: Path) -> None:
+    # No ssl.ca.location at all: the system's CAs, none of which signed the broker's certificate.
+    settings = read_properties(secured.properties["pipeline"])
+    props = tmp_path / "no-ca.properties"
+    props.write_text("".join(f"{k}={v}\n" for k, v in settings.items() if k != "ssl.ca.location"))
+    props.chmod(0o600)
+    started = time.monotonic()
+    proc = _cli("consume", "--kafka-config", str(props), "--topic", _topic(secured), "--until-eos", "--timeout", "60",
+                secret=secured.passwords)
+    assert proc.returncode == 1 and time.monotonic() - started < DEFINITIVE_S
+    [line] = _error_lines(proc.stderr)
+    assert line.startswith("error: TLS certificate not trusted") and "the system's CA store" in line
+
+
+def test_a_host_name_the_broker_certificate_does_not_hold(secured: Secured) -> None:
+    # The certificate holds IP 127.0.0.1 and DNS localhost. "127.1" reaches the same address (inet_aton's
+    # short form), but is no IP literal to TLS, so it is checked as a host name, which the certificate lacks.
+    port = secured.bootstrap_servers.rsplit(":", 1)[1]
+    line = _refused(secured, f"bootstrap.servers=127.1:{port}")
+    assert line.startswith("error: TLS hostname mismatch")
+    assert f"broker 127.1:{port}" in line and "principal User:pipeline" in line
+    assert "127.0.0.1" in line and "localhost" in line and "not '127.1'" in line and "check bootstrap.servers" in line
+
+
+def test_an_unknown_host(secured: Secured) -> None:
+    port = secured.bootstrap_servers.rsplit(":", 1)[1]
+    line = _refused(secured, f"bootstrap.servers=no-such-host.invalid:{port}", bound=GRACE_BOUND_S)
+    assert line.startswith("error: unknown host")
+    assert f"broker no-such-host.invalid:{port}" in line and "principal User:pipeline" in line
+    assert "'no-such-host.invalid' did not resolve for" in line and "check bootstrap.servers" in line
+
+
+def test_a_closed_port(secured: Secured) -> None:
+    closed = free_ports()  # nothing listens there
+    line = _refused(secured, f"bootstrap.servers=127.0.0.1:{closed}", bound=GRACE_BOUND_S)
+    assert line.startswith("error: connection refused")
+    assert f"broker 127.0.0.1:{closed}" in line and "every connection refused for" in line
+    assert "check bootstrap.servers and that the broker is up" in line
+
+
+def test_a_topic_the_principal_may_not_touch(secured: Secured) -> None:
+    topic = _topic(secured)
+    started = time.monotonic()
+    proc = _cli("consume", "--kafka-config", str(secured.properties["nobody"]), "--topic", topic, "--until-eos",
+                "--timeout", "60", secret=secured.passwords)
+    assert proc.returncode == 1 and time.monotonic() - started < DEFINITIVE_S
+    [line] = _error_lines(proc.stderr)
+    assert f"not authorized to describe topic {topic!r} (principal User:nobody)" in line
+    assert f"check the ACLs of User:nobody on topic {topic!r}" in line
+
+
+def _bad_password(secured: Secured) -> dict[str, Any]:
+    return {**client_config(config_file=secured.properties["pipeline"]), "sasl.password": "not-the-password"}
+
+
+def _raises_soon(call: Callable[[], object]) -> ClusterRefused:
+    started = time.monotonic()
+    with pytest.raises(ClusterRefused) as info:
+        call()
+    assert time.monotonic() - started < DEFINITIVE_S
+    assert "not-the-password" not in str(info.value)
+    return info.value
+
+
+def test_every_client_kind_raises_the_refusal(secured: Secured) -> None:
+    """The calls that wait without an admin request first: a transactional writer that knows its partitions
+    (a Spark write task), a plain writer's flush, a consumer's poll (a Spark read task)."""
+    topic = _topic(secured)
+    config = _bad_password(secured)
+    refusal = _raises_soon(lambda: ControlWriter({**config, "transactional.id": f"{topic}-t"}, topic, task_name="t",
+                                                 task_count=1, partitions=2, topic_timeout=60))
+    assert refusal.what == "SASL authentication refused" and refusal.principal == "User:pipeline"
+
+    writer = ControlWriter(config, topic, task_name="t", task_count=1, partitions=2)
+    writer.send({"n": 1})
+    _raises_soon(lambda: writer.flush(60))
+
+    consumer = Consumer({**for_client(config, "consumer"), "group.id": "refused"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+
+    def read() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            consumer.consume(100, 0.5)
+
+    try:
+        _raises_soon(read)
+    finally:
+        consumer.close()
+
+
+def test_a_transactional_id_or_a_write_the_principal_may_not_use(secured: Secured) -> None:
+    """ACL refusals that come back from the call: named with the principal and the resource."""
+    admin = client_config(config_file=secured.properties["admin"])
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    topic, read_only = _topic(secured), _topic(secured)
+    grants = [AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:nobody", "*", op,
+                         AclPermissionType.ALLOW) for op in (AclOperation.DESCRIBE, AclOperation.WRITE)]
+    grants.append(AclBinding(ResourceType.TOPIC, read_only, ResourcePatternType.LITERAL, "User:nobody", "*",
+                             AclOperation.DESCRIBE, AclPermissionType.ALLOW))
+    client = AdminClient(for_client(admin, "admin"))
+    for future in client.create_acls(grants).values():
+        future.result(30)
+    nobody = client_config(config_file=secured.properties["nobody"])
+    tid = f"{topic}-t0"
+    started = time.monotonic()
+    with pytest.raises(DeliveryError) as info:
+        ControlWriter({**nobody, "transactional.id": tid}, topic, task_name="t0", task_count=1, topic_timeout=60)
+    assert time.monotonic() - started < DEFINITIVE_S
+    line = str(info.value)
+    print(line, file=sys.stderr)
+    assert f"as transactional id {tid!r} (principal User:nobody)" in line, line
+    assert f"check the ACLs of User:nobody on transactional id {tid!r}" in line, line
+
+    writer = ControlWriter(nobody, read_only, task_name="t0", task_count=1)  # may describe it, not write
+    writer.send({"n": 1})
+    started = time.monotonic()
+    with pytest.raises(DeliveryError) as info:
+        writer.flush(60)
+    assert time.monotonic() - started < DEFINITIVE_S
+    assert (f"not authorized to write to topic {read_only!r} (principal User:nobody): Broker: Topic authorization "
+            f"failed; check the ACLs of User:nobody on topic {read_only!r}") in str(info.value)
+
+
+@pytest.mark.spark
+def test_spark_data_source_fails_with_the_same_line(secured: Secured) -> None:
+    from pyspark.errors import PySparkException
+
+    from controlmsg.spark import spark_session
+
+    topic = _topic(secured)
+    options = {f"kafka.{k}": str(v) for k, v in _bad_password(secured).items()}
+    spark = spark_session("local[2]", app_name="controlmsg-refused")
+    try:
+        frame = spark.createDataFrame([("a", 1)], "k string, n int")
+        started = time.monotonic()
+        with pytest.raises(PySparkException) as info:
+            (frame.write.format("controlmsg").mode("append").options(**options)
+             .option("topic", topic).option("runId", "r1").option("timeout", "60").save())
+        took = time.monotonic() - started
+    finally:
+        spark.stop()
+    text = str(info.value)
+    print(f"{took:.1f} s: " + next((line for line in text.splitlines() if "ClusterRefused" in line), text[:300]),
+          file=sys.stderr)
+    assert "not-the-password" not in text
+    expected = (f"SASL authentication refused (broker {secured.bootstrap_servers}, principal User:pipeline): wrong "
+                f"user name or password (SCRAM-SHA-512); check sasl.username and sasl.password")
+    assert expected in text, text[-3000:]
+    assert took < 40, f"the write took {took:.0f} s to fail"
