@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from controlmsg.spark.datasource import ControlMsgDataSource
-    from controlmsg.spark.event_time import WATERMARK_COLUMNS, late_records, with_watermark
+    from controlmsg.spark.event_time import WATERMARK_COLUMNS, late_records, observed_counts, with_watermark
     from controlmsg.spark.reading import RAW_SCHEMA, EndOfStreamTimeout
     from controlmsg.spark.session import register, spark_session
     from controlmsg.spark.writing import end_stream, run_status
@@ -35,6 +35,7 @@ __all__ = [
     "EndOfStreamTimeout",
     "end_stream",
     "late_records",
+    "observed_counts",
     "register",
     "run_status",
     "spark_session",
@@ -47,6 +48,7 @@ _WHERE = {
     "WATERMARK_COLUMNS": "controlmsg.spark.event_time",
     "with_watermark": "controlmsg.spark.event_time",
     "late_records": "controlmsg.spark.event_time",
+    "observed_counts": "controlmsg.spark.event_time",
     "EndOfStreamTimeout": "controlmsg.spark.reading",
     "register": "controlmsg.spark.session",
     "spark_session": "controlmsg.spark.session",

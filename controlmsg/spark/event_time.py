@@ -37,7 +37,8 @@ written to a side output by a second query over :func:`late_records`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -46,7 +47,7 @@ from pyspark.sql.types import BooleanType, TimestampNTZType, TimestampType
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["WATERMARK_COLUMNS", "late_records", "with_watermark"]
+__all__ = ["WATERMARK_COLUMNS", "late_records", "observed_counts", "with_watermark"]
 
 WATERMARK_COLUMNS: Final = "_watermark timestamp, _control boolean"
 """The fields to add to a ``readStream.format("controlmsg")`` schema for :func:`with_watermark`."""
@@ -101,6 +102,22 @@ def late_records(df: DataFrame, event_time: str) -> DataFrame:
     control = F.coalesce(F.col(_CONTROL), F.lit(False))
     late = ~control & _late(F.col(event_time), F.col(_WATERMARK))
     return df.where(F.coalesce(late, F.lit(False))).drop(_CONTROL)
+
+
+def observed_counts(progress: Mapping[str, Any], metrics_name: str = "controlmsg") -> dict[str, int] | None:
+    """The counts :func:`with_watermark` observed in one micro-batch (``late_rows``, ``watermark_rows``),
+    from one entry of ``query.recentProgress`` (or ``query.lastProgress``); ``None`` when the micro-batch
+    has none (no data ran through it). Works with a classic and a Spark Connect query alike: the Connect
+    client of pyspark 4.2/4.3 hands the metric over as a row of two fields, ``values`` and ``schema``,
+    where ``progress["observedMetrics"][metrics_name]["late_rows"]`` fails."""
+    row = (progress.get("observedMetrics") or {}).get(metrics_name)
+    if row is None:
+        return None
+    fields = row.asDict() if hasattr(row, "asDict") else dict(row)
+    schema = fields.get("schema")
+    if set(fields) == {"values", "schema"} and isinstance(schema, dict):  # the Connect client's shape
+        fields = {f["name"]: v for f, v in zip(schema["fields"], fields["values"], strict=True)}
+    return {name: int(value) for name, value in fields.items()}
 
 
 def _late(ts: Column, mark: Column) -> Column:

@@ -23,9 +23,12 @@ _JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``format("controlmsg")`` known to ``spark`` (idempotent). Where Spark has found
-    ``pyspark_controlmsg`` by itself (controlmsg installed, or its checkout on the Python path), that
-    registration stands: registering again would replace it, and Spark logs a warning for that."""
+    """Make ``format("controlmsg")`` known to ``spark``, a classic or a Spark Connect session
+    (idempotent). Where a classic session's Spark has found ``pyspark_controlmsg`` by itself (controlmsg
+    installed, or its checkout on the Python path), that registration stands: registering again would
+    replace it, and Spark logs a warning for that. A Connect session cannot be asked: the data source is
+    sent to the server for this session every time; the server's Python needs controlmsg installed to
+    run it."""
     from controlmsg.spark.datasource import ControlMsgDataSource
 
     if not _known(spark, ControlMsgDataSource.name()):

@@ -40,6 +40,7 @@ import controlmsg.spark
 import controlmsg.spark.options
 import controlmsg.testing
 import controlmsg.testing.broker
+import controlmsg.testing.connect
 import controlmsg.testing.standalone
 
 assert controlmsg.__file__.startswith(sys.argv[1]), controlmsg.__file__

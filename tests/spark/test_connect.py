@@ -1,0 +1,183 @@
+"""``format("controlmsg")`` through Spark Connect: a client session (``sc://``) against a real Connect server
+started from the pyspark installation (:mod:`controlmsg.testing.connect`, one for the module), on a real
+broker.
+
+The server runs in a directory of its own, not the checkout, with this venv's Python for its workers: it
+finds ``pyspark_controlmsg`` through the installed package, editable or not. A session that has not
+registered anything writes with ``format("controlmsg")``; a session on which
+``controlmsg.spark.register`` ran (the documented way) reads, reads as a stream to the end of stream,
+writes a stream, and runs a stateful stage on the reconciled watermark (:func:`with_watermark`).
+
+pyspark picks Connect or classic functions (``F.col``...) by the process's environment: the module sets
+``SPARK_CONNECT_MODE_ENABLED`` while it runs and removes it after, and builds its sessions with the
+Connect builder itself, so it runs beside the classic session of the other Spark tests.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from controlmsg.spark import WATERMARK_COLUMNS, observed_counts, register, with_watermark
+from controlmsg.testing.connect import ConnectServer, start_server, stop_server
+from tests.spark.helpers import make_rows, options
+from tests.spark.test_event_time import Upstream, windows
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+ROWS_SCHEMA = "user string, ts long, amount long, score double, note string"
+WAIT_S = 180
+
+
+@pytest.fixture(scope="module")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    server = start_server(tmp_path_factory.mktemp("connect-server"), master="local[2]")
+    try:
+        yield server
+    finally:
+        stop_server(server)
+
+
+@pytest.fixture(scope="module")
+def connect_mode() -> Iterator[None]:
+    before = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["SPARK_CONNECT_MODE_ENABLED"]
+        else:
+            os.environ["SPARK_CONNECT_MODE_ENABLED"] = before
+
+
+def connect_session(server: ConnectServer) -> Any:
+    """A new Connect session (its own server-side session)."""
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    return RemoteSparkSession.builder.remote(server.url).create()
+
+
+@pytest.fixture(scope="module")
+def remote(connect_server: ConnectServer, connect_mode: None) -> Iterator[SparkSession]:
+    """The documented way: a Connect session, then ``controlmsg.spark.register`` on it."""
+    session = connect_session(connect_server)
+    register(session)
+    register(session)  # idempotent
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def sample(spark: SparkSession, n: int = 200) -> tuple[DataFrame, list[tuple[Any, ...]]]:
+    rows = make_rows(n, users=7)
+    return spark.createDataFrame(rows, ROWS_SCHEMA), rows
+
+
+def as_tuples(df: DataFrame) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r[c] for c in ("user", "ts", "amount", "score", "note")) for r in df.collect())
+
+
+def write_batch(spark: SparkSession, topic: str, servers: str) -> list[tuple[Any, ...]]:
+    df, rows = sample(spark)
+    df.repartition(3).write.format("controlmsg").mode("append").options(**options(topic, servers)) \
+        .option("key", "user").option("eventTime", "ts").save()
+    return rows
+
+
+def test_batch_write_without_register_and_batch_read(
+        connect_server: ConnectServer, remote: SparkSession, bootstrap_servers: str,
+        new_topic: Callable[..., str]) -> None:
+    topic = new_topic(2)
+    unregistered = connect_session(connect_server)
+    try:
+        rows = write_batch(unregistered, topic, bootstrap_servers)  # found by the server's discovery
+    finally:
+        unregistered.stop()
+    got = remote.read.format("controlmsg").options(**options(topic, bootstrap_servers)).schema(ROWS_SCHEMA).load()
+    assert as_tuples(got) == sorted(rows)
+
+
+def test_available_now_read_stream_ends_at_end_of_stream(
+        remote: SparkSession, bootstrap_servers: str, new_topic: Callable[..., str], tmp_path: Path) -> None:
+    topic = new_topic(2)
+    rows = write_batch(remote, topic, bootstrap_servers)
+    out = tmp_path / "out"
+    query = (remote.readStream.format("controlmsg").options(**options(topic, bootstrap_servers))
+             .schema(f"{ROWS_SCHEMA}, _watermark timestamp").load()
+             .writeStream.format("parquet").option("path", str(out))
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(WAIT_S)
+        assert not query.isActive, "the availableNow query ends by itself at the end of stream"
+        assert query.exception() is None
+    finally:
+        query.stop()
+    assert as_tuples(remote.read.parquet(str(out))) == sorted(rows)
+
+
+def test_write_stream_carries_the_end_of_stream_onward(
+        remote: SparkSession, bootstrap_servers: str, new_topic: Callable[..., str], tmp_path: Path) -> None:
+    source, sink = new_topic(2), new_topic(2)
+    rows = write_batch(remote, source, bootstrap_servers)
+    query = (remote.readStream.format("controlmsg").options(**options(source, bootstrap_servers))
+             .schema(ROWS_SCHEMA).load().repartition(2)
+             .writeStream.format("controlmsg").options(**options(sink, bootstrap_servers, run="s1"))
+             .option("key", "user").option("eventTime", "ts")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(WAIT_S)
+        assert not query.isActive and query.exception() is None
+    finally:
+        query.stop()
+    # A batch read ends only at the end of stream: the stream writer wrote it by itself.
+    got = remote.read.format("controlmsg").options(**options(sink, bootstrap_servers, run="s1")) \
+        .schema(ROWS_SCHEMA).load()
+    assert as_tuples(got) == sorted(rows)
+
+
+def test_a_stateful_stage_on_the_reconciled_watermark(
+        remote: SparkSession, bootstrap_servers: str, kafka_config: dict[str, Any],
+        new_topic: Callable[..., str], tmp_path: Path) -> None:
+    """Item 1's hourly counts, through Connect: the slow task's records, behind the fast tasks' event
+    times, are in their windows; each window once; the query ends at the end of stream."""
+    topic = new_topic(4)
+    up = Upstream(kafka_config, topic)
+    try:
+        up.records("fast-0", range(0, 180, 7))
+        up.records("fast-1", range(3, 180, 11))
+        up.watermark("fast-0", 180)
+        up.watermark("fast-1", 180)
+        up.records("slow", range(1, 180, 5))
+        up.end()
+    finally:
+        for w in up.writers.values():
+            w.close()
+    events = (remote.readStream.format("controlmsg").options(**options(topic, bootstrap_servers, timeout="300"))
+              .schema(f"user string, ts timestamp, amount long, {WATERMARK_COLUMNS}").load())
+    out = tmp_path / "out"
+    query = (with_watermark(events, "ts").groupBy(F.window("ts", "1 hour"), "user").agg(F.count("*").alias("n"),
+                                                                                     F.sum("amount").alias("total"))
+             .writeStream.outputMode("append").format("parquet").option("path", str(out))
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(WAIT_S)
+        assert not query.isActive and query.exception() is None
+    finally:
+        query.stop()
+    want: Counter[tuple[datetime, str]] = up.expected()
+    assert windows(remote, out) == want, "every window once, with the slow task's records"
+    progress = query.recentProgress
+    assert all(op["numRowsDroppedByWatermark"] == 0 for p in progress for op in p["stateOperators"])
+    counts = [c for c in map(observed_counts, progress) if c is not None]
+    assert counts and sum(c["late_rows"] for c in counts) == 0
+    assert sum(c["watermark_rows"] for c in counts) >= 1, "watermark rows reached the watermark node"
