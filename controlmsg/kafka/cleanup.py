@@ -257,6 +257,17 @@ def unended(config: Mapping[str, Any], found: RunResources, *, timeout: float = 
     return problems
 
 
+def _results(futures: Mapping[str, Any], kind: str, gone: int) -> None:
+    """Wait for each deletion; one of something already gone (error ``gone``) counts as done, any other
+    error is raised naming the ``kind`` and name."""
+    for name, future in futures.items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            if exc.args[0].code() != gone:
+                raise KafkaException(KafkaError(exc.args[0].code(), f"{kind} {name}: {exc.args[0].str()}")) from exc
+
+
 def delete_run(config: Mapping[str, Any], found: RunResources, *, timeout: float = 60.0) -> None:
     """Delete what :func:`find_run` found: the consumer groups, then the topics (waiting until the cluster
     no longer lists them), then the local files. Checks nothing: call :func:`live_signs` first. Something
@@ -265,14 +276,8 @@ def delete_run(config: Mapping[str, Any], found: RunResources, *, timeout: float
     admin = _admin(config)
     if found.groups:
         def delete_groups() -> None:
-            futures = admin.delete_consumer_groups([g.name for g in found.groups], request_timeout=min(timeout, 10.0))
-            for name, future in futures.items():
-                try:
-                    future.result()
-                except KafkaException as exc:
-                    if exc.args[0].code() != KafkaError.GROUP_ID_NOT_FOUND:
-                        raise KafkaException(KafkaError(exc.args[0].code(), f"group {name}: {exc.args[0].str()}")) \
-                            from exc
+            _results(admin.delete_consumer_groups([g.name for g in found.groups], request_timeout=min(timeout, 10.0)),
+                     "group", KafkaError.GROUP_ID_NOT_FOUND)
 
         _asking("delete the run's consumer groups", delete_groups, timeout)
     if found.topics:
@@ -281,13 +286,7 @@ def delete_run(config: Mapping[str, Any], found: RunResources, *, timeout: float
         def delete_topics() -> None:
             futures = admin.delete_topics(names, operation_timeout=min(timeout, 10.0),
                                           request_timeout=min(timeout, 15.0))
-            for name, future in futures.items():
-                try:
-                    future.result()
-                except KafkaException as exc:
-                    if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                        raise KafkaException(KafkaError(exc.args[0].code(), f"topic {name}: {exc.args[0].str()}")) \
-                            from exc
+            _results(futures, "topic", KafkaError.UNKNOWN_TOPIC_OR_PART)
 
         _asking("delete the run's topics", delete_topics, timeout)
         _wait_until_gone(admin, names, timeout)
