@@ -253,10 +253,6 @@ def test_event_time_timers_fire_on_the_reconciled_watermark(
     up.watermark("fast-1", 200)
     up.records("slow", range(1, 20, 4))
     up.watermark("slow", 20)
-    provider = "spark.sql.streaming.stateStore.providerClass"
-    before = spark.conf.get(provider)
-    spark.conf.set(provider, "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-    counts = operator(with_watermark(stream(spark, topic, bootstrap_servers), "ts"))
     emitted: dict[str, int] = {}
 
     def keep(df: DataFrame, _batch: int) -> None:
@@ -264,8 +260,15 @@ def test_event_time_timers_fire_on_the_reconciled_watermark(
             assert r["user"] not in emitted, f"user {r['user']} emitted twice"
             emitted[r["user"]] = r["n"]
 
-    query = (counts.writeStream.outputMode("append").foreachBatch(keep)
-             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    provider = "spark.sql.streaming.stateStore.providerClass"
+    before = spark.conf.get(provider)
+    spark.conf.set(provider, "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+    try:  # a query takes its state store from the session when it starts
+        query = (operator(with_watermark(stream(spark, topic, bootstrap_servers), "ts"))
+                 .writeStream.outputMode("append").foreachBatch(keep)
+                 .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    finally:
+        spark.conf.set(provider, before)
     try:
         wait_for(lambda: query.lastProgress is not None and query.lastProgress["numInputRows"] > 0, 60,
                  "the first micro-batch")
@@ -281,7 +284,6 @@ def test_event_time_timers_fire_on_the_reconciled_watermark(
         assert emitted == dict(want)
     finally:
         query.stop()
-        spark.conf.set(provider, before)
 
 
 def test_a_restart_from_the_checkpoint_writes_no_window_twice_and_keeps_the_watermark(
