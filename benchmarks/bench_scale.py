@@ -109,34 +109,37 @@ class Point:
 
 def topic_figures(config: dict[str, str], topic: str, envelopes: bool) -> dict[str, int]:
     """Data and control records of ``topic`` and their bytes (key, value, headers), read committed from
-    the beginning to the end offsets it has now (by position, not by end-of-partition events).
+    the beginning until every partition has reported its end and nothing more came for a second (a write's
+    last transaction markers may still be on their way when ``save()`` returns, and until they are, its
+    records are not readable).
     ``envelopes``: controlmsg's records (a first byte other than 0 is a control message); else all data."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer({**config, "group.id": f"bench-scale-{uuid.uuid4().hex}", "enable.auto.commit": False,
-                         "isolation.level": "read_committed", "fetch.queue.backoff.ms": 10})
+                         "isolation.level": "read_committed", "fetch.queue.backoff.ms": 10,
+                         "enable.partition.eof": True})
     try:
         meta = consumer.list_topics(topic, timeout=30).topics[topic]
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in meta.partitions}
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends if ends[p] > 0])
-        left = {p for p in ends if ends[p] > 0}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
+        left = set(meta.partitions)
         out = {"data": 0, "control": 0, "data_bytes": 0, "control_bytes": 0}
         deadline = time.monotonic() + 600
-        while left and time.monotonic() < deadline:
-            for msg in consumer.consume(10000, 0.05):
+        quiet_since = time.monotonic()
+        while (left or time.monotonic() - quiet_since < 1.0) and time.monotonic() < deadline:
+            msgs = consumer.consume(10000, 0.05)
+            if msgs:
+                quiet_since = time.monotonic()
+            for msg in msgs:
                 if msg.error() is not None:
+                    left.discard(msg.partition())
                     continue
                 value, key = msg.value() or b"", msg.key() or b""
                 size = len(value) + len(key) + sum(len(k) + len(v or b"") for k, v in msg.headers() or [])
                 kind = "data" if not envelopes or not value or value[0] == 0 else "control"
                 out[kind] += 1
                 out[f"{kind}_bytes"] += size
-            # transaction markers take offsets but are never delivered: the position tells the end
-            for tp in consumer.position([TopicPartition(topic, p) for p in list(left)]):
-                if tp.offset >= ends[tp.partition]:
-                    left.discard(tp.partition)
         if left:
-            raise RuntimeError(f"{topic}: partitions {sorted(left)} not read to their end offsets in 600 s")
+            raise RuntimeError(f"{topic}: partitions {sorted(left)} not read to their end in 600 s")
         return out
     finally:
         consumer.close()
