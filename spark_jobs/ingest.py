@@ -1,9 +1,10 @@
 """``ingest``: a file (CSV, JSON lines or Parquet) -> an intermediate topic keyed by a column.
 
 Its own Spark application. Rows with a null key or an unparseable event time are rejected: counted and
-written, with the reason, to the rejects file (named in the log). Every write task is one upstream task
-of the protocol, written with ``df.write.format("controlmsg")``: each task's rows in one Kafka transaction,
-then the end of stream of every task on every partition (see :mod:`controlmsg.spark.writing`).
+written, with the reason, to the rejects file (named in the log). Written with
+``df.write.format("controlmsg")``: each write task's rows in one Kafka transaction, then the driver's end of
+stream on every partition (the driver is the one upstream task of the protocol; see
+:mod:`controlmsg.spark.writing`).
 
 Record values are JSON objects ``{"key": <key as string>, "event_ms": <epoch ms>, <carried columns>}``.
 """
@@ -106,11 +107,11 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     seconds = time.monotonic() - started
     written = run_status(options)
     assert written is not None and written["ended"]
-    log.info("wrote %d rows in %.1f s (%d tasks ended their stream on %d partitions)",
-             written["rows"], seconds, written["taskCount"], args.partitions)
+    log.info("wrote %d rows in %.1f s (%d write tasks; the driver ended the stream on %d partitions)",
+             written["rows"], seconds, written["writeTasks"], args.partitions)
     return {"rows_in": written["rows"] + rejected, "rows_out": written["rows"], "rejects": rejected,
             "rejects_path": rejects_path if rejected else None, "write_seconds": seconds,
-            "tasks": written["taskCount"]}
+            "tasks": written["writeTasks"]}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

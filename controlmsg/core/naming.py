@@ -1,7 +1,8 @@
 """How upstream tasks and their Kafka resources are named: one rule for every writer. Pure.
 
 An upstream task of job ``job`` in run ``run_id`` with index ``i`` is ``f"{job}-{run_id}-p{i}"`` (the
-``taskName`` of its control messages). Its transactional id, also the consumer group that holds its
+``taskName`` of its control messages); the driver of a Spark write, the one upstream task of that write,
+is ``f"{job}-{run_id}-driver"``. Its transactional id, also the consumer group that holds its
 commit marker, adds the topic: ``f"controlmsg-{topic}-{taskName}"``, so the same task writing two topics
 uses two transactions. Readers use :func:`parse_task_name` to tell which tasks of a run they have not
 heard from.
@@ -19,8 +20,8 @@ import re
 from typing import Final
 
 __all__ = [
-    "CONTROL_TOPIC_SUFFIXES", "RUN_TOPIC_SUFFIXES", "demo_topic", "driver_transactional_id", "is_run_group",
-    "parse_task_name", "run_topics", "task_name", "transactional_id",
+    "CONTROL_TOPIC_SUFFIXES", "RUN_TOPIC_SUFFIXES", "demo_topic", "driver_task_name", "driver_transactional_id",
+    "is_run_group", "parse_task_name", "run_topics", "task_name", "transactional_id",
 ]
 
 _TASK_NAME: Final = re.compile(r"^(.*)-p(\d+)$")
@@ -55,10 +56,19 @@ def transactional_id(topic: str, task: str) -> str:
     return f"controlmsg-{topic}-{task}"
 
 
+def driver_task_name(job: str, run_id: str) -> str:
+    """The ``taskName`` of the driver of a Spark write of ``job`` in run ``run_id``: ``<job>-<run>-driver``,
+    the one upstream task of the protocol for a ``format("controlmsg")`` write (its Spark tasks write
+    records only; see :mod:`controlmsg.spark.writing`). Raises ``ValueError`` for an empty job or run."""
+    if not job or not run_id:
+        raise ValueError("job and run_id must be non-empty: they name the tasks and their transactions")
+    return f"{job}-{run_id}-driver"
+
+
 def driver_transactional_id(topic: str, job: str, run_id: str) -> str:
-    """The transactional id (and marker group) of the writer that ends a job's run on ``topic``: the
-    driver of a Spark write, which writes the control messages on behalf of its tasks."""
-    return f"controlmsg-{topic}-{job}-{run_id}-driver"
+    """The transactional id (and marker group) of the driver of a Spark write of ``job`` in run ``run_id``
+    on ``topic``: :func:`transactional_id` of :func:`driver_task_name`."""
+    return transactional_id(topic, driver_task_name(job, run_id))
 
 
 def demo_topic(run_id: str) -> str:

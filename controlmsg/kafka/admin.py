@@ -270,6 +270,30 @@ def watermark_offsets(consumer: Consumer, topic: str, partition: int, timeout: f
                          f"{error.str() if isinstance(error, KafkaError) else exc}") from exc
 
 
+def offset_spans(config: Mapping[str, Any], topic: str, partitions: int, timeout: float = 10.0) -> dict[int, int]:
+    """How many offsets each of the ``partitions`` of ``topic`` holds now (end minus log start, read
+    committed): what a read from the beginning goes through (records, control messages, transaction
+    markers). Two ListOffsets requests per broker, not one per partition. Raises :class:`TopicError`."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+
+    def ask(client: AdminClient) -> dict[int, int]:
+        found: dict[str, dict[int, int]] = {}
+        specs = (("start", OffsetSpec.earliest()), ("end", OffsetSpec.latest()))  # type: ignore[no-untyped-call]
+        for name, spec in specs:
+            futures = client.list_offsets({tp: spec for tp in tps}, request_timeout=timeout,
+                                          isolation_level=IsolationLevel.READ_COMMITTED)
+            found[name] = {tp.partition: int(f.result(timeout).offset) for tp, f in futures.items()}
+        return {p: max(found["end"][p] - found["start"][p], 0) for p in range(partitions)}
+
+    try:
+        return _AdminSession(config).retrying(ask, timeout=timeout)
+    except KafkaException as exc:
+        raise TopicError(f"cannot list the offsets of topic {topic!r}: {exc.args[0]}") from exc
+
+
 def end_offsets(config: Mapping[str, Any], topic: str, timeout: float = 10.0) -> dict[int, int]:
     """The current end offset (high watermark) of every partition of ``topic``. Raises
     :class:`TopicError` when the topic does not exist after ``timeout`` s, or when a partition's end

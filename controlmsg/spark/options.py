@@ -26,8 +26,10 @@ row's columns as one JSON object, made in Python). A stream writer reads its que
 ``checkpointLocation`` (the option Spark passes to the sink) for the stage's watermark and the end of its
 input (see :mod:`controlmsg.spark.writing`).
 
-Readers also take ``partitionsPerTask`` (default 1), ``maxTasks``, ``batchRows`` (rows per Arrow
-batch, default 10000) and, streaming only, ``maxOffsetsPerTrigger`` (at most this many records per
+Readers also take ``partitionsPerTask`` and ``maxTasks`` (how partitions are grouped into reading tasks:
+given either, groups of ``partitionsPerTask`` (default 1) partitions, fewer tasks than ``maxTasks``; given
+neither, groups by the records the partitions hold, see :mod:`controlmsg.spark.reading`), ``batchRows``
+(rows per Arrow batch, default 10000) and, streaming only, ``maxOffsetsPerTrigger`` (at most this many records per
 micro-batch) and ``maxScanMs`` (how long the driver scans for one micro-batch, default 2000).
 
 Bad records (a value that is not JSON or not a JSON object, a field that does not fit its type, a key or
@@ -178,7 +180,9 @@ class ReadOptions:
     run_id: str
     config: tuple[tuple[str, str], ...]
     timeout: float | None
-    partitions_per_task: int
+    partitions_per_task: int | None
+    """``None``: not given; then, and without ``maxTasks``, partitions are grouped by the records they hold
+    (:func:`controlmsg.spark.reading` ``_groups``)."""
     max_tasks: int | None
     batch_rows: int
     max_offsets_per_trigger: int | None
@@ -198,7 +202,7 @@ class ReadOptions:
             run_id=_need(opts, "runId"),
             config=tuple(sorted(config.items())),
             timeout=_timeout(opts),
-            partitions_per_task=_positive_int(opts, "partitionsPerTask", 1) or 1,
+            partitions_per_task=_positive_int(opts, "partitionsPerTask", None),
             max_tasks=_positive_int(opts, "maxTasks", None),
             batch_rows=_positive_int(opts, "batchRows", 10_000) or 10_000,
             max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger", None),

@@ -5,8 +5,13 @@
 one of them, so the DataFrame is complete exactly when every upstream task of the run has ended on every
 partition; records after a partition's end are not read. Planning waits for the topic (never creating
 it); with ``timeout`` a task fails with :class:`EndOfStreamTimeout` naming each partition not ended and
-the upstream tasks it still waits for. Every reading task holds a core while it waits, so by default
-partitions are grouped so that every task can run at once (``maxTasks``).
+the upstream tasks it still waits for. Every reading task holds a core while it waits and costs a few
+tenths of a second of a core however little it reads (a Python task, a consumer), so by default the
+partitions are grouped by the offsets they hold at planning: one task per 200,000, at least 8 (or one per
+partition when there are fewer); ``partitionsPerTask`` and ``maxTasks`` group them as the user says (the
+jobs of ``spark_jobs`` set ``maxTasks`` to Spark's default parallelism, so that every task can run at once).
+A consumer starts at an explicit offset, not at the logical beginning (see
+:func:`~controlmsg.kafka.reader.start_offset`).
 
 **Streaming** (``spark.readStream``): the driver plans each micro-batch by scanning the topic from the
 last offsets to what is readable now, feeding the bookkeeping; the offsets Spark writes to its offset
@@ -60,8 +65,9 @@ Each reading task logs its first ten bad records (partition, offset, reason, whe
 from __future__ import annotations
 
 import base64
+import heapq
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from itertools import repeat
@@ -78,7 +84,7 @@ from controlmsg.core.bookkeeping import InputTracker, PartitionStatus
 from controlmsg.core.codec import decode
 from controlmsg.core.naming import parse_task_name
 from controlmsg.errors import ControlMsgError, Location, ProtocolError, ReadError
-from controlmsg.kafka.admin import wait_for_topic
+from controlmsg.kafka.admin import offset_spans, wait_for_topic, watermark_offsets
 from controlmsg.kafka.deadletter import DeadLetters, check_dead_letter_topic
 from controlmsg.kafka.reader import ControlReader, DataColumns, DataRecord, same_run
 from controlmsg.kafka.refusals import check_client, mark_reached
@@ -105,8 +111,17 @@ _META_OFFSET: Final = "_offset"
 _META_KEY: Final = "_key"
 _META_WATERMARK: Final = "_watermark"
 _META_CONTROL: Final = "_control"
-_POLL_S: Final = 0.1  # consume() waits for a whole batch or this: short polls keep a small stream moving
+# consume() waits for a whole batch or this: short polls keep a small stream moving, and a read of a few
+# records ends when they are read, not a poll later (a batch read of 200 partitions, one task each, paid
+# 0.1 s per task at 0.1). A full batch returns at once, so a large read is not slowed.
+_POLL_S: Final = 0.02
 _OFFSETS_FORMAT: Final = 1
+_RECORDS_PER_TASK: Final = 200_000
+"""Offsets a reading task takes by default (about half a second of reading here, against a fixed cost per
+task of 0.2-0.4 s)."""
+_MIN_TASKS: Final = 8
+"""Reading tasks by default at least (or one per partition), whatever the size: a batch read planned
+before its upstream wrote sees empty partitions, and its tasks should still share the work when it comes."""
 
 Built = tuple[pa.RecordBatch, "list[tuple[DataRecord, str]]"]
 """A batch, and the bad records set aside while building it (with their reasons, in reading order)."""
@@ -191,16 +206,39 @@ class BatchReader(DataSourceReader):
         opts = self.opts
         count = wait_for_topic(dict(opts.config), opts.topic, opts.timeout)
         _check_dead_letters(opts)
-        return [TopicPartitions(group) for group in _groups(range(count), opts)]
+        sizes = None
+        if opts.partitions_per_task is None and opts.max_tasks is None:
+            try:
+                sizes = offset_spans(dict(opts.config), opts.topic, count, opts.timeout or 30.0)
+            except ControlMsgError:
+                sizes = None  # one task per partition, as with partitionsPerTask 1
+        return [TopicPartitions(group) for group in _groups(range(count), opts, sizes)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, TopicPartitions)
         return _read_to_end(self.opts, self.schema, list(partition.partitions))
 
 
-def _groups(partitions: Sequence[int], opts: ReadOptions) -> list[list[int]]:
+def _groups(partitions: Sequence[int], opts: ReadOptions, sizes: Mapping[int, int] | None = None) -> list[list[int]]:
+    """The reading tasks' shares of ``partitions``. With ``partitionsPerTask`` or ``maxTasks`` given: runs of
+    ``partitionsPerTask`` (default 1) partitions, more per task when there would be more tasks than
+    ``maxTasks``. With neither, and the ``sizes`` (offsets per partition) known: one task per
+    :data:`_RECORDS_PER_TASK` offsets, at least :data:`_MIN_TASKS` (or one per partition when there are
+    fewer), the partitions spread so that each task has about as many offsets, largest first. So a read's
+    task count, and its fixed cost per task (a Python task, a consumer, a metadata request: about 0.2-0.4 s
+    of a core here), follows the data rather than the partition count."""
     parts = list(partitions)
-    step = opts.partitions_per_task
+    if opts.partitions_per_task is None and opts.max_tasks is None and sizes is not None and parts:
+        total = sum(sizes.get(p, 0) for p in parts)
+        n = min(len(parts), max(_MIN_TASKS, -(-total // _RECORDS_PER_TASK)))
+        tasks: list[tuple[int, int, int]] = [(0, 0, i) for i in range(n)]  # (offsets, partitions, index)
+        shares: list[list[int]] = [[] for _ in range(n)]
+        for p in sorted(parts, key=lambda q: -sizes.get(q, 0)):
+            offsets, count, i = heapq.heappop(tasks)
+            shares[i].append(p)
+            heapq.heappush(tasks, (offsets + sizes.get(p, 0), count + 1, i))
+        return sorted(sorted(share) for share in shares)
+    step = opts.partitions_per_task or 1
     if opts.max_tasks is not None:
         step = max(step, -(-len(parts) // opts.max_tasks))
     return [parts[i:i + step] for i in range(0, len(parts), step)]
@@ -314,9 +352,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ---------------------------------------------------------------- Spark's calls
 
     def initialOffset(self) -> dict[str, Any]:
+        """Each partition's log start offset now, as a number: a task (or the scan) assigned the logical
+        beginning would wait about half a second for librdkafka to look it up (see
+        :func:`~controlmsg.kafka.reader.start_offset`; the stream's consumers fail on an offset out of
+        range, so they cannot be given 0)."""
         parts = self._topic_partitions()
         tracker = InputTracker(parts, self.opts.run_id, self.opts.topic)
-        return _Scan({p: OFFSET_BEGINNING for p in parts}, tracker).offset()
+        consumer = self._open_consumer()
+        starts = {p: watermark_offsets(consumer, self.opts.topic, p, self.opts.timeout or 30.0)[0] for p in parts}
+        return _Scan(starts, tracker).offset()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = True
@@ -354,9 +398,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, stop = _positions(start), _positions(end)
         moved = [p for p in sorted(stop) if stop[p] != begin.get(p, OFFSET_BEGINNING)]
         end_wm = end["bookkeeping"].get("emittedWatermark")
+        sizes = {p: max(stop[p] - max(begin.get(p, 0), 0), 0) for p in moved}
         ranges = [StreamRange([(p, begin.get(p, OFFSET_BEGINNING), stop[p]) for p in group], start["bookkeeping"],
                               end_wm)
-                  for group in _groups(moved, self.opts)]
+                  for group in _groups(moved, self.opts, sizes)]
         if self._ticks and ranges:
             ranges[0].tick = _tick(start["bookkeeping"], end["bookkeeping"])
         return ranges

@@ -1,28 +1,35 @@
 """Writing a DataFrame to an intermediate topic: the batch and stream writers of ``controlmsg``.
 
-**Tasks write records; the driver writes the control messages.** Each Spark write task is one upstream
-task (``taskName`` from :func:`~controlmsg.core.naming.task_name`: ``<job>-<runId>-p<partition id>``).
-It writes its rows, keyed by the ``key`` column, in ONE Kafka transaction with a commit marker (see
-:mod:`controlmsg.kafka.markers`) and reports what it wrote. ``taskCount`` is the number of tasks that
-reported, which only the driver's ``commit()`` knows: Python's ``TaskContext`` does not tell a task how
-many partitions are being written, and the data source is never shown the DataFrame, so a count fixed
-before the write cannot be had from ``df.write``. So the driver, once every task has committed, writes the
-control messages of all tasks (``taskCount`` = tasks reported) to every partition in one transaction with
-a marker of its own:
+**Tasks write records; the driver is the one upstream task.** Each Spark write task writes its rows,
+keyed by the ``key`` column, in ONE Kafka transaction with a commit marker (see
+:mod:`controlmsg.kafka.markers`) and reports what it wrote; its records carry its name
+(:func:`~controlmsg.core.naming.task_name`: ``<job>-<runId>-p<partition id>``) in the ``controlmsg-task``
+header, but it writes no control message. The driver, once every task of the write (or micro-batch) has
+committed, is the **one upstream task of the protocol** (``taskName``
+:func:`~controlmsg.core.naming.driver_task_name`, ``<job>-<runId>-driver``; ``taskCount`` 1): it writes one
+control message to every partition in one transaction with a marker of its own. So a round is O(partitions)
+messages, whatever the number of write tasks, and readers keep one task per partition. It speaks for the
+tasks: every task's records are committed, so on every partition before the round, when it writes it.
 
-* batch (``df.write``): the end of stream of every task. Intermediate watermarks are not written: every
-  task's records become visible at once when it commits, and a reader's watermark needs every task to
-  have reported, so no watermark could move a reader before the end of stream, which counts as +infinity.
-* stream (``df.writeStream``), after every micro-batch: one watermark for every task. When the query
+* batch (``df.write``): the end of stream. No intermediate watermarks: every task's records become
+  visible at once when it commits, so no watermark could move a reader before the end of stream.
+* stream (``df.writeStream``), after every micro-batch: one watermark. When the query
   has an event-time watermark (``with_watermark``, or Spark's own ``withWatermark``), it is **the stage's
   watermark**: Spark's watermark in force in that micro-batch, read from the query's offset log, so a
   stage over a controlmsg stream carries its input's reconciled watermark onward. Otherwise it is the
   largest ``eventTime`` written so far minus ``allowedLateness`` (Spark's own rule for ``withWatermark``:
   event time is compared across partitions, because partition *i* of one micro-batch has nothing to do
-  with partition *i* of the next). The stream **ends by itself** when its input did: in the first
-  micro-batch after which every source of the query is a controlmsg stream that has ended, and whose
-  watermark (if the query has one) is the end of time, i.e. after the micro-batch in which Spark emitted
-  the last windows. :func:`end_stream` ends it by hand (a source that never ends, a query stopped for good).
+  with partition *i* of the next). The number of writer partitions may change from one micro-batch to the
+  next: they are not upstream tasks of the protocol. The stream **ends by itself** when its input did: in
+  the first micro-batch after which every source of the query is a controlmsg stream that has ended, and
+  whose watermark (if the query has one) is the end of time, i.e. after the micro-batch in which Spark
+  emitted the last windows. :func:`end_stream` ends it by hand (a source that never ends, a query stopped
+  for good).
+
+A run that an earlier version of this writer started (one control message per write task per partition,
+its marker without ``"upstream": "driver"``) goes on as the next generation of the run (docs/PROTOCOL.md,
+"Generations"): the driver's transactional id is the same, so its init fences the earlier rounds, and the
+driver's first round replaces the old task set on every partition.
 
 **Exactly once.** Every attempt of a task uses the same transactional id; initialising transactions
 fences older attempts and finishes their transactions, then the task reads its marker: if an attempt
@@ -63,7 +70,7 @@ from pyspark.sql.types import (
 
 from controlmsg.core.codec import encode_json_rows, encode_user_rows
 from controlmsg.core.messages import MAX_TIMESTAMP, EndOfStreamMessage, WatermarkMessage
-from controlmsg.core.naming import driver_transactional_id, task_name, transactional_id
+from controlmsg.core.naming import driver_task_name, driver_transactional_id, task_name, transactional_id
 from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import ControlMsgError
 from controlmsg.kafka.admin import create_topic, partition_count
@@ -86,6 +93,8 @@ __all__ = ["BatchWriter", "StreamWriter", "TaskCommit", "end_stream", "run_statu
 _BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
 _QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
 _JSON_OPTIONS: Final = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC | orjson.OPT_NON_STR_KEYS
+_DRIVER: Final = "driver"
+"""The driver's marker says ``"upstream": "driver"``: the driver is the run's one upstream task."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,9 +164,19 @@ def _refuse_ended(opts: WriteOptions) -> dict[str, Any] | None:
     marker = run_status(opts)
     if marker is not None and marker.get("ended"):
         raise ControlMsgError(
-            f"topic {opts.topic!r}: run {opts.run_id!r} of job {opts.job!r} has already ended (its "
-            f"{marker.get('taskCount')} tasks wrote their end of stream); write a new run with a new runId")
+            f"topic {opts.topic!r}: run {opts.run_id!r} of job {opts.job!r} has already ended (its end of stream "
+            "is written); write a new run with a new runId")
     return marker
+
+
+def _upstream(opts: WriteOptions, committed: Mapping[str, Any] | None) -> tuple[str, int, bool]:
+    """The driver's ``taskName``, the generation of its rounds, and whether that generation starts now: the
+    committed generation, or the next one when an earlier version of this writer started the run (its
+    marker has no ``"upstream": "driver"``: each write task was an upstream task, with its own control
+    messages). The driver's transactional id is that writer's too, so its init has fenced those rounds."""
+    generation = 0 if committed is None else int(committed.get("generation", 0))
+    switch = committed is not None and committed.get("upstream") != _DRIVER
+    return driver_task_name(opts.job, opts.run_id), generation + switch, switch
 
 
 # ---------------------------------------------------------------------------------------------- batch
@@ -180,22 +199,26 @@ class BatchWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         opts = self.plan.opts
         commits = _task_commits(opts, messages)
-        # Spark runs no task for a DataFrame without partitions (an empty relation); one task without rows
-        # stands in for it, so that readers still see the run end.
-        n = max(len(commits), 1)
-        ends = [EndOfStreamMessage(task_name(opts.job, opts.run_id, i), n, opts.run_id) for i in range(n)]
+        # Spark runs no task for a DataFrame without partitions (an empty relation): the driver ends the run
+        # all the same, so that readers see it end.
+        tasks = len(commits)
         rows = sum(c.rows for c in commits)
-        marker = {"ended": True, "taskCount": n, "rows": rows, "maxEventTime": _max_time(commits)}
 
         def plan(committed: dict[str, Any] | None) -> Round | None:
-            return None if committed is not None and committed.get("ended") else (ends, marker)
+            if committed is not None and committed.get("ended"):
+                return None
+            name, generation, _ = _upstream(opts, committed)
+            marker = {"upstream": _DRIVER, "taskCount": 1, "generation": generation, "ended": True,
+                      "writeTasks": tasks, "rows": rows, "maxEventTime": _max_time(commits)}
+            return [EndOfStreamMessage(name, 1, opts.run_id, generation=generation)], marker
 
         done = write_control_round(dict(opts.config), opts.topic, self.plan.partitions, plan,
                                    transactional_id=driver_transactional_id(opts.topic, opts.job, opts.run_id),
                                    timeout=opts.timeout)
-        if done is not None and done.get("taskCount") != n:
+        if done is not None and (done.get("writeTasks", done.get("taskCount")), done.get("rows")) != (tasks, rows):
             raise ControlMsgError(f"topic {opts.topic!r}: run {opts.run_id!r} had already ended with "
-                                  f"{done.get('taskCount')} tasks, this write has {n}; use a new runId")
+                                  f"{done.get('rows')} rows from {done.get('writeTasks', done.get('taskCount'))} "
+                                  f"tasks, this write has {rows} from {tasks}; use a new runId")
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         pass  # failed tasks aborted their transactions; committed ones stay, and a rerun skips them
@@ -243,30 +266,26 @@ class StreamWriter(DataSourceStreamArrowWriter):
         if not messages and not ending:
             return
         commits = _task_commits(opts, messages) if messages else []
-        n = len(commits)
         query = commits[0].query_id if commits else None
         top = _max_time(commits) if commits else None
 
         def plan(committed: dict[str, Any] | None) -> Round | None:
             """Decided after fencing, from what the last driver committed: its watermark is the floor."""
             previous: int | None = None
-            count = n
             if committed is not None:
                 if int(committed.get("batch", -1)) >= batchId and (not commits or committed.get("queryId") == query):
                     return None  # a replayed micro-batch: its round is in
                 if not commits and committed.get("ended"):
                     return None
                 if commits:
-                    _check_same_stream(opts, committed, n, query)
+                    _check_same_stream(opts, committed, query)
                 previous = committed.get("watermark")
-                count = count or int(committed["taskCount"])
-            if count == 0:
-                return None  # nothing was ever written: no upstream task to end
-            names = [task_name(opts.job, opts.run_id, i) for i in range(count)]
-            status = {"batch": batchId, "taskCount": count, "watermark": previous,
+            name, generation, switch = _upstream(opts, committed)
+            status = {"upstream": _DRIVER, "taskCount": 1, "generation": generation, "batch": batchId,
+                      "writeTasks": len(commits), "watermark": previous,
                       "queryId": query or (committed or {}).get("queryId")}
             if ending:
-                return [EndOfStreamMessage(name, count, opts.run_id) for name in names], {**status, "ended": True}
+                return [EndOfStreamMessage(name, 1, opts.run_id, generation=generation)], {**status, "ended": True}
             mark = previous
             if stage is not None and stage.watermark > 0:
                 candidate: int | None = min(stage.watermark, MAX_TIMESTAMP - 1)
@@ -276,8 +295,9 @@ class StreamWriter(DataSourceStreamArrowWriter):
                 candidate = None
             if candidate is not None:
                 mark = candidate if previous is None else max(previous, candidate)
-            marks = ([] if mark is None or mark == previous else
-                     [WatermarkMessage(name, count, mark, opts.run_id) for name in names])
+            # A new generation's first round is written even at the same watermark: it replaces the old tasks.
+            marks = ([] if mark is None or (mark == previous and not switch) else
+                     [WatermarkMessage(name, 1, mark, opts.run_id, generation=generation)])
             return marks, {**status, "watermark": mark}
 
         write_control_round(dict(opts.config), opts.topic, self.plan.partitions, plan,
@@ -288,27 +308,23 @@ class StreamWriter(DataSourceStreamArrowWriter):
         pass
 
 
-def _check_same_stream(opts: WriteOptions, marker: Mapping[str, Any], n: int, query: str | None) -> None:
+def _check_same_stream(opts: WriteOptions, marker: Mapping[str, Any], query: str | None) -> None:
     where = f"topic {opts.topic!r} run {opts.run_id!r}"
     if marker.get("ended"):
         raise ControlMsgError(f"{where} has already ended; a new stream needs a new runId")
     if marker.get("queryId") != query:
         raise ControlMsgError(f"{where} is written by streaming query {marker.get('queryId')}, not by this query "
                               f"{query}; a new query (a new checkpointLocation) needs a new runId")
-    if marker.get("taskCount") != n:
-        raise ControlMsgError(
-            f"{where}: this micro-batch has {n} writer partitions, earlier ones had {marker.get('taskCount')}; "
-            "the upstream task count is fixed for a run: repartition the stream to a fixed number of partitions "
-            "before writeStream")
 
 
 def end_stream(options: Mapping[str, str]) -> int:
-    """End the run that a ``writeStream.format("controlmsg")`` query wrote: the end of stream of each of its
-    tasks, to every partition, in one transaction. ``options``: the options given to the query (at least
-    ``topic``, ``runId``, ``kafka.bootstrap.servers``; ``job`` if set). Call it after the query stopped
+    """End the run that a ``writeStream.format("controlmsg")`` query wrote: its driver's end of stream, to
+    every partition, in one transaction. ``options``: the options given to the query (at least ``topic``,
+    ``runId``, ``kafka.bootstrap.servers``; ``job`` if set). Call it after the query stopped
     (``awaitTermination()`` of an ``availableNow`` query). Idempotent: a run already ended is left as it
-    is. Returns the task count. Raises :class:`~controlmsg.errors.ControlMsgError` when nothing of the run
-    was committed yet (there is no task count to end)."""
+    is. Returns the run's upstream task count (``taskCount``: 1, the driver; a run ended by an earlier
+    version of this writer says how many tasks it had). Raises :class:`~controlmsg.errors.ControlMsgError`
+    when nothing of the run was committed yet (options that name no run: a typo is not ended silently)."""
     from controlmsg.kafka.admin import wait_for_topic
 
     opts = WriteOptions.parse(options)
@@ -319,13 +335,14 @@ def end_stream(options: Mapping[str, str]) -> int:
     def plan(committed: dict[str, Any] | None) -> Round | None:
         if committed is None:
             raise ControlMsgError(f"topic {opts.topic!r}: no micro-batch of run {opts.run_id!r} (job {opts.job!r}) "
-                                  "was committed, so its task count is unknown and there is no stream to end")
-        n = int(committed["taskCount"])
-        counted.append(n)
+                                  "was committed, so there is no stream to end")
         if committed.get("ended"):
+            counted.append(int(committed["taskCount"]))
             return None
-        ends = [EndOfStreamMessage(task_name(opts.job, opts.run_id, i), n, opts.run_id) for i in range(n)]
-        return ends, {**committed, "ended": True}
+        name, generation, _ = _upstream(opts, committed)
+        counted.append(1)
+        return ([EndOfStreamMessage(name, 1, opts.run_id, generation=generation)],
+                {**committed, "upstream": _DRIVER, "taskCount": 1, "generation": generation, "ended": True})
 
     write_control_round(config, opts.topic, partitions, plan,
                         transactional_id=driver_transactional_id(opts.topic, opts.job, opts.run_id),
@@ -335,8 +352,10 @@ def end_stream(options: Mapping[str, str]) -> int:
 
 def run_status(options: WriteOptions | Mapping[str, str]) -> dict[str, Any] | None:
     """What the driver of a ``controlmsg`` write has committed for its run: ``None`` before the first
-    commit, else ``{"taskCount", "ended", ...}`` (a batch write adds ``rows`` and ``maxEventTime``; a
-    stream the last ``batch``, its ``watermark`` and ``queryId``)."""
+    commit, else ``{"upstream": "driver", "taskCount": 1, "generation", "ended", "writeTasks", ...}``
+    (``taskCount`` the run's upstream tasks on the wire, the driver alone; ``writeTasks`` the Spark tasks
+    that wrote records: of the write, or of the last micro-batch; a batch write adds ``rows`` and
+    ``maxEventTime``; a stream the last ``batch``, its ``watermark`` and ``queryId``)."""
     opts = options if isinstance(options, WriteOptions) else WriteOptions.parse(options)
     group = driver_transactional_id(opts.topic, opts.job, opts.run_id)
     with MarkerStore(dict(opts.config), group, opts.topic, opts.timeout) as store:

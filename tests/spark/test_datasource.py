@@ -53,11 +53,13 @@ def test_write_then_read_round_trip(spark: SparkSession, bootstrap_servers: str,
      .option("KEY", "user").option("eventtime", "ts").save())  # option names are case-insensitive
 
     status = run_status(options(topic, bootstrap_servers))
-    assert status is not None and status["ended"] and status["taskCount"] == write_tasks
-    assert status["rows"] == 200
+    assert status is not None and status["ended"] and status["writeTasks"] == write_tasks
+    assert status["rows"] == 200 and status["taskCount"] == 1 and status["upstream"] == "driver"
     names = [f"spark-r1-p{i}" for i in range(write_tasks)]
     wire = dump_topic(kafka_config, topic)
-    assert count_by(wire, "eos") == {(p, name): 1 for p in range(topic_partitions) for name in names}
+    # The driver is the one upstream task: one end of stream per partition, whatever the number of tasks.
+    assert count_by(wire, "eos") == {(p, "spark-r1-driver"): 1 for p in range(topic_partitions)}
+    assert {(r.value.task_count, r.value.generation) for r in wire if r.kind == "eos"} == {(1, 0)}
     writers = Counter(r.task for r in wire if r.kind == "data")
     assert sum(writers.values()) == 200 and set(writers) <= set(names)
     if write_tasks > 5:
@@ -76,6 +78,32 @@ def test_write_then_read_round_trip(spark: SparkSession, bootstrap_servers: str,
     assert any('T00:01:00.000123Z"' in r.value for r in raw)  # timestamps: ISO-8601 UTC
 
 
+def test_control_messages_grow_with_partitions_and_reading_tasks_with_the_data(
+        spark: SparkSession, bootstrap_servers: str, kafka_config: dict[str, Any],
+        new_topic: Callable[..., str]) -> None:
+    """Issue 24: 40 write tasks into 48 partitions leave 48 control messages (the driver's end of stream,
+    one per partition), not 40 x 48; reading back 80 records plans 8 reading tasks (the default floor), not
+    one per partition, and a reader's bookkeeping holds one task per partition."""
+    from controlmsg.spark.reading import _MIN_TASKS
+
+    topic = new_topic(48)
+    df = spark.range(80, numPartitions=40).selectExpr("concat('u', id % 13) AS user", "id AS n")
+    df.write.format("controlmsg").mode("append").options(**options(topic, bootstrap_servers, key="user")).save()
+    wire = dump_topic(kafka_config, topic)
+    assert Counter(r.kind for r in wire) == {"data": 80, "eos": 48}
+    assert run_status(options(topic, bootstrap_servers))["writeTasks"] == 40  # type: ignore[index]
+
+    back = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers)).schema("n long").load()
+    assert back.rdd.getNumPartitions() == _MIN_TASKS
+    assert sorted(r.n for r in back.collect()) == list(range(80))
+    one_each = (spark.read.format("controlmsg").options(**options(topic, bootstrap_servers, partitionsPerTask="1"))
+                .schema("n long").load())
+    assert one_each.rdd.getNumPartitions() == 48  # as asked
+    with ControlReader(kafka_config, topic, run_id="r1") as reader:
+        list(reader.read_until_end(timeout=60))
+        assert reader.tracker.is_ended and {len(s.ended_tasks) for s in reader.tracker.statuses()} == {1}
+
+
 def test_a_value_column_is_the_payload_as_it_is(spark: SparkSession, bootstrap_servers: str,
                                                 kafka_config: dict[str, Any], new_topic: Callable[..., str]) -> None:
     """Option ``value``: Spark serializes (``to_json`` here, in the JVM); the record's payload is that
@@ -92,7 +120,7 @@ def test_a_value_column_is_the_payload_as_it_is(spark: SparkSession, bootstrap_s
          .options(**options(topic, bootstrap_servers, key="user", eventTime="ts", value="v")).save())
 
         status = run_status(options(topic, bootstrap_servers))
-        assert status is not None and status["ended"] and status["rows"] == 120 and status["taskCount"] == 3
+        assert status is not None and status["ended"] and status["rows"] == 120 and status["writeTasks"] == 3
         latest = max(r[1] for r in rows if r[1] is not None)
         epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
         assert status["maxEventTime"] == (latest - epoch) // dt.timedelta(milliseconds=1)  # from its own column
@@ -203,7 +231,7 @@ def test_a_dataframe_without_partitions_still_ends_the_stream(
     ):
         topic = new_topic(2)
         empty.write.format("controlmsg").mode("append").options(**options(topic, bootstrap_servers, run)).save()
-        name = f"spark-{run}-p0"
+        name = f"spark-{run}-driver"
         assert count_by(dump_topic(kafka_config, topic), "eos") == {(0, name): 1, (1, name): 1}
         back = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers, run)).load()
         assert back.collect() == []

@@ -205,23 +205,110 @@ def test_write_stream_replayed_batch_writes_nothing_twice(
 
     assert [b for b, rows in run() if rows] == [0, 1, 2]
     status = run_status(opts)
-    assert status is not None and status["batch"] == 2 and status["taskCount"] == 2 and not status.get("ended")
+    assert status is not None and status["batch"] == 2 and status["writeTasks"] == 2 and not status.get("ended")
+    assert status["taskCount"] == 1 and status["upstream"] == "driver"
     before = dump_topic(kafka_config, topic, "read_uncommitted")
     # Forget that batch 2 was committed: the restarted query runs it again, with the same id.
     (checkpoint / "commits" / "2").unlink()
     (checkpoint / "commits" / ".2.crc").unlink(missing_ok=True)
     assert (2, 20) in run(), "batch 2 ran again"
     assert len(dump_topic(kafka_config, topic, "read_uncommitted")) == len(before), "the replay wrote again"
-    assert end_stream(opts) == 2
-    assert end_stream(opts) == 2  # idempotent
+    assert end_stream(opts) == 1  # the driver: the one upstream task
+    assert end_stream(opts) == 1  # idempotent
 
     back = read(spark, topic, bootstrap_servers, schema="n long").collect()
     assert sorted(r.n for r in back) == sorted(expected)
     wire = dump_topic(kafka_config, topic)
-    names = ["spark-r1-p0", "spark-r1-p1"]
-    assert count_by(wire, "eos") == {(p, n): 1 for p in range(3) for n in names}
+    # Two writer partitions per micro-batch, one upstream task of the protocol: the driver.
+    assert count_by(wire, "eos") == {(p, "spark-r1-driver"): 1 for p in range(3)}
+    assert {r.task for r in wire if r.kind == "data"} == {"spark-r1-p0", "spark-r1-p1"}
     for p in range(3):
-        for name in names:
-            marks = [r.value.timestamp for r in wire if r.kind == "watermark" and r.partition == p and r.task == name]
-            # One watermark per micro-batch, rising: the latest event time so far minus 5 s.
-            assert marks == [(1_767_225_600 + f * 60 + 19) * 1000 - 5000 for f in range(3)]
+        marks = [r.value.timestamp for r in wire if r.kind == "watermark" and r.partition == p]
+        assert {r.task for r in wire if r.kind == "watermark"} == {"spark-r1-driver"}
+        # One watermark per micro-batch, rising: the latest event time so far minus 5 s.
+        assert marks == [(1_767_225_600 + f * 60 + 19) * 1000 - 5000 for f in range(3)]
+
+
+def test_write_stream_takes_any_number_of_writer_partitions_and_the_driver_holds_the_watermark(
+    spark: SparkSession, bootstrap_servers: str, kafka_config: dict[str, Any], new_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """The driver is the one upstream task of a stream write: a micro-batch of one writer partition, then
+    one of several (the file source splits three files into more than one), are one task on the wire; each
+    round is one watermark per topic partition, and ``inspect`` names the job's driver as what holds the
+    watermark back while the stream is open."""
+    from controlmsg.kafka.inspect import inspect_topic
+
+    source = tmp_path / "in"
+    source.mkdir()
+
+    def add_file(f: int) -> None:
+        lines = [json.dumps({"user": f"u{j % 5}", "ts": 1_767_225_600 + f * 60 + j, "n": f * 100 + j})
+                 for j in range(10)]
+        path = source / f"part-{f}.json"
+        path.write_text("\n".join(lines) + "\n")
+        os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))
+
+    topic = new_topic(4)
+    checkpoint = tmp_path / "ck"
+    opts = options(topic, bootstrap_servers, job="hop", key="user", eventTime="ts")
+
+    def run() -> list[tuple[int, int]]:
+        stream = spark.readStream.schema("user string, ts timestamp, n long").json(str(source))
+        query = (stream.writeStream.format("controlmsg").options(**opts)
+                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        assert query.awaitTermination(120)
+        assert query.exception() is None
+        return [(p["batchId"], p["numInputRows"]) for p in query.recentProgress if p["numInputRows"]]
+
+    add_file(0)
+    assert run() == [(0, 10)]
+    assert run_status(opts)["writeTasks"] == 1  # type: ignore[index]
+    for f in (1, 2, 3):
+        add_file(f)
+    assert run() == [(1, 30)]  # another number of writer partitions: refused before the driver spoke
+    status = run_status(opts)
+    assert status is not None and status["writeTasks"] > 1 and status["taskCount"] == 1
+    writers = {f"hop-r1-p{i}" for i in range(status["writeTasks"])}
+
+    report = inspect_topic(kafka_config, topic, "r1")
+    last = (1_767_225_600 + 3 * 60 + 9) * 1000  # the largest event time written (allowedLateness 0)
+    assert [s.holding_task for s in report.runs["r1"].partitions] == [("hop-r1-driver", last)] * 4
+    assert [s.task_count for s in report.runs["r1"].partitions] == [1] * 4
+
+    assert end_stream(opts) == 1
+    wire = dump_topic(kafka_config, topic)
+    assert Counter(r.kind for r in wire if r.kind != "data") == {"watermark": 2 * 4, "eos": 4}  # O(partitions)
+    assert {r.task for r in wire if r.kind != "data"} == {"hop-r1-driver"}
+    assert {r.task for r in wire if r.kind == "data"} == writers
+    back = read(spark, topic, bootstrap_servers, schema="n long").collect()
+    assert sorted(r.n for r in back) == [f * 100 + j for f in range(4) for j in range(10)]
+
+
+def test_a_run_started_by_per_task_control_messages_goes_on_as_the_drivers_next_generation(
+    kafka_config: dict[str, Any], bootstrap_servers: str, new_topic: Callable[..., str],
+) -> None:
+    """A stream run that an earlier version of the writer started (each write task an upstream task, the
+    driver writing every task's watermark: what its marker and the wire look like is written here by hand
+    with the same transactional id) is ended by today's driver as generation 1 of the run, one end of
+    stream per partition: the old tasks, which never write again, no longer hold the stream open."""
+    from controlmsg.core.messages import WatermarkMessage
+    from controlmsg.core.naming import driver_transactional_id
+    from controlmsg.kafka import ControlReader
+    from controlmsg.kafka.markers import write_control_round
+
+    topic = new_topic(3)
+    old = [WatermarkMessage(f"spark-r1-p{i}", 2, 5_000, "r1") for i in range(2)]
+    write_control_round(kafka_config, topic, 3, lambda _: (old, {"batch": 0, "taskCount": 2, "watermark": 5_000,
+                                                                  "queryId": "q"}),
+                        transactional_id=driver_transactional_id(topic, "spark", "r1"))
+    opts = options(topic, bootstrap_servers)
+    assert end_stream(opts) == 1
+    status = run_status(opts)
+    assert status is not None and status["ended"] and status["generation"] == 1 and status["upstream"] == "driver"
+    ends = [r for r in dump_topic(kafka_config, topic) if r.kind == "eos"]
+    assert sorted((r.partition, r.task, r.value.task_count, r.value.generation) for r in ends) == [
+        (p, "spark-r1-driver", 1, 1) for p in range(3)]
+    with ControlReader(kafka_config, topic, run_id="r1") as reader:
+        list(reader.read_until_end(timeout=30))
+        assert reader.tracker.is_ended and reader.tracker.emitted_watermark == 5_000

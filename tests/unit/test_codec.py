@@ -411,3 +411,16 @@ def test_same_run_takes_the_first_run_header() -> None:
     assert not same_run([(HEADER_TASK, b"t"), (HEADER_RUN, b"r2"), (HEADER_RUN, b"r1")], mine)  # the first
     assert not same_run([(HEADER_TASK, b"t"), (HEADER_RUN, None)], mine)
     assert same_run([(HEADER_TASK, b"t")], mine)  # no run header: the record passes
+
+
+def test_the_spark_drivers_messages_are_the_vectors_of_the_protocol_page() -> None:
+    """docs/PROTOCOL.md, "One upstream task per Spark write": the driver's messages byte for byte."""
+    from controlmsg.core.naming import driver_task_name
+
+    name = driver_task_name("spark", "r1")
+    assert encode_control(EndOfStreamMessage(name, 1, "r1")) == (
+        b'\x02{"version":1,"taskName":"spark-r1-driver","taskCount":1,"runId":"r1"}')
+    assert encode_control(WatermarkMessage(name, 1, 1_767_225_900_000, "r1")) == (
+        b'\x01{"version":1,"taskName":"spark-r1-driver","taskCount":1,"runId":"r1","timestamp":1767225900000}')
+    assert encode_control(EndOfStreamMessage(name, 1, "r1", generation=1)) == (
+        b'\x02{"version":1,"taskName":"spark-r1-driver","taskCount":1,"runId":"r1","generation":1}')
