@@ -52,7 +52,6 @@ public class SoakTransactions {
         for (String t : args.length > 1 ? args[1].split(",") : new String[0]) {
             if (!t.isEmpty()) topics.add(t);
         }
-        long now = System.currentTimeMillis();
         StringBuilder out = new StringBuilder("{\"transactions\": [");
         Set<String> ongoing = new HashSet<>();  // "producerId/topic/partition" the coordinator holds open
         try (Admin admin = Admin.create(props)) {
@@ -61,6 +60,8 @@ public class SoakTransactions {
             for (TransactionListing l : listed) ids.add(l.transactionalId());
             Map<String, TransactionDescription> described = ids.isEmpty() ? Map.of()
                 : admin.describeTransactions(ids).all().get(30, TimeUnit.SECONDS);
+            // After the answers, not before: a transaction that began while the JVM started would look negative.
+            long now = System.currentTimeMillis();
             boolean first = true;
             for (Map.Entry<String, TransactionDescription> e : described.entrySet()) {
                 TransactionDescription d = e.getValue();
