@@ -30,7 +30,9 @@ that name (missing: null); ``_partition``, ``_offset`` and ``_key`` are the reco
 (``_key`` as string or binary); in a stream, ``_watermark`` (timestamp) is the reconciled watermark of
 the topic in force when the record was read: the watermark at the start of the micro-batch, advanced by
 the control messages read before the record on its own partition, and never above the watermark at the
-micro-batch's end; null until every upstream task has reported on every partition. JSON types map
+micro-batch's end; null until every upstream task has reported on every partition. With a boolean
+``_control`` too, a micro-batch in which the watermark moved or the stream ended also has one watermark
+row (``_control`` true, every other field null; see :mod:`controlmsg.spark.event_time`). JSON types map
 directly (an integer field takes JSON integers only: a fraction or ``true`` does not fit, where pyarrow
 alone would truncate ``2.5`` to ``2``; a floating-point field takes any JSON number); timestamp and date
 fields take ISO-8601 strings, decimals numbers or strings, binary fields base64 strings.
