@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from common import EVENTS_START_MS, add_cluster_options, delete_topics, kafka_cluster, load_average
+from common import EVENTS_START_MS, add_cluster_options, counts, delete_topics, kafka_cluster, load_average
 
 from controlmsg.kafka.admin import create_topic
 
@@ -67,16 +67,6 @@ seconds = time.monotonic() - started
 print(orjson.dumps({"before_kb": before, "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                     "seconds": seconds, "records": records, "snapshot": snapshot, "ended": ended}).decode())
 """
-
-
-def counts(text: str) -> list[int]:
-    try:
-        values = [int(part.replace("_", "")) for part in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of counts: {text!r}") from None
-    if any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"every count must be at least 1: {text!r}")
-    return values
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -59,7 +59,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from common import Cluster, add_cluster_options, delete_topics, kafka_cluster, load_average, synthetic_events
+from common import (
+    Cluster,
+    add_cluster_options,
+    counts,
+    delete_topics,
+    kafka_cluster,
+    load_average,
+    synthetic_events,
+)
 from connector_jobs import connector_package, connector_session, read_topic, resolved_jars, write_topic
 
 from controlmsg.kafka.admin import create_topic, end_offsets
@@ -90,7 +98,7 @@ class BenchError(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--events", type=event_counts, default=[1_000_000], metavar="N[,N...]",
+    parser.add_argument("--events", type=counts, default=[1_000_000], metavar="N[,N...]",
                         help="synthetic events (default 1,000,000); several counts, comma-separated, run the whole "
                              "benchmark at each and end with a table of seconds per million events")
     parser.add_argument("--repeat", type=int, default=1, help="rounds, the sides alternating (default 1)")
@@ -103,17 +111,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--keep", action="store_true", help="keep the work directory (input, outputs, logs)")
     add_cluster_options(parser)
     return parser
-
-
-def event_counts(text: str) -> list[int]:
-    """``--events``: one count or several, comma-separated (``100000,1000000,10000000``)."""
-    try:
-        counts = [int(part.replace("_", "")) for part in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a count or a comma-separated list of counts: {text!r}") from None
-    if any(n < 1 for n in counts):
-        raise argparse.ArgumentTypeError(f"every count must be at least 1: {text!r}")
-    return counts
 
 
 def connector_app(master: str) -> SparkSession:

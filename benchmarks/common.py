@@ -116,3 +116,14 @@ def synthetic_events(spark: SparkSession, events: int, keys: int, days: int = 30
         F.when(F.rand(13) < 0.02, F.lit(None)).otherwise(F.round(F.rand(17) * 100, 2)).alias("amount"),
         (F.rand(19) * 5 + 1).cast("int").alias("items"),
     )
+
+
+def counts(text: str) -> list[int]:
+    """An argparse type: one count or several, comma-separated (``100000,1_000_000``), each at least 1."""
+    try:
+        values = [int(part.replace("_", "")) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count or a comma-separated list of counts: {text!r}") from None
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"every count must be at least 1: {text!r}")
+    return values
