@@ -21,10 +21,11 @@ tasks: every task's records are committed, so on every partition before the roun
   event time is compared across partitions, because partition *i* of one micro-batch has nothing to do
   with partition *i* of the next). The number of writer partitions may change from one micro-batch to the
   next: they are not upstream tasks of the protocol. The stream **ends by itself** when its input did: in
-  the first micro-batch after which every source of the query is a controlmsg stream that has ended, and
-  whose watermark (if the query has one) is the end of time, i.e. after the micro-batch in which Spark
-  emitted the last windows. :func:`end_stream` ends it by hand (a source that never ends, a query stopped
-  for good).
+  the first micro-batch after which every source of the query is a controlmsg stream that has ended (or a
+  plain topic read with ``availableNowEnds``, :mod:`controlmsg.spark.plain`) and, for a query that keeps
+  state, whose watermark is the end of time, i.e. after the micro-batch in which Spark emitted the last
+  windows (a stateless stage, such as an ingest that parses and keys a plain topic, ends with its input).
+  :func:`end_stream` ends it by hand (a source that never ends, a query stopped for good).
 
 A run that an earlier version of this writer started (one control message per write task per partition,
 its marker without ``"upstream": "driver"``) goes on as the next generation of the run (docs/PROTOCOL.md,
@@ -262,7 +263,10 @@ class StreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         opts = self.plan.opts
         stage = stage_progress(opts.checkpoint, batchId)
-        ending = stage is not None and stage.inputs_ended and stage.watermark in (0, END_OF_TIME_MS)
+        # Ended input: a stateless stage ends with it; a stateful one once Spark's watermark is the end of time,
+        # i.e. after the micro-batch that emitted its last windows (a plain input never gets there: end_stream).
+        ending = (stage is not None and stage.inputs_ended
+                  and (stage.watermark in (0, END_OF_TIME_MS) or not stage.stateful))
         if not messages and not ending:
             return
         commits = _task_commits(opts, messages) if messages else []
