@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import unquote, urlparse
 
-__all__ = ["END_OF_TIME_MS", "StageProgress", "stage_progress"]
+__all__ = ["END_OF_TIME_MS", "StageProgress", "query_id", "stage_progress"]
 
 END_OF_TIME_MS: Final = 253_402_300_799_999
 """9999-12-31T23:59:59.999Z, Spark's largest timestamp in ms: the ``_watermark`` of the end of stream, and so
@@ -82,3 +82,16 @@ def _ended(line: str) -> bool:
         return offset.get("ended") is True
     book = offset.get("bookkeeping")
     return isinstance(book, dict) and book.get("streamEnded") is True
+
+
+def query_id(checkpoint: str | None) -> str | None:
+    """The id of the streaming query whose checkpoint is ``checkpoint`` (Spark's ``metadata`` file, kept
+    across restarts); ``None`` when there is no local checkpoint or no such file yet."""
+    root = local_path(checkpoint) if checkpoint is not None else None
+    if root is None:
+        return None
+    try:
+        found = json.loads((root / "metadata").read_text(encoding="utf-8").splitlines()[0]).get("id")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return found if isinstance(found, str) else None
