@@ -49,9 +49,8 @@ from controlmsg.kafka.settings import worker_logging
 from controlmsg.spark.options import ReadOptions
 from controlmsg.spark.progress import Progress
 from controlmsg.spark.reading import (
-    _META_CONTROL,
-    _META_WATERMARK,
     _POLL_S,
+    _WATERMARK_FIELDS,
     _builder,
     _check_dead_letters,
     _consumer_conf,
@@ -79,7 +78,7 @@ class PlainRanges(InputPartition):
 
 
 def _refuse_watermark(schema: StructType) -> None:
-    for name in (_META_WATERMARK, _META_CONTROL):
+    for name in _WATERMARK_FIELDS:
         if name in schema.fieldNames():
             raise ValueError(f"the field '{name}' is the watermark of an intermediate topic; a plain topic "
                              "(envelope none) carries none: declare the stage's event time with Spark's "
@@ -93,10 +92,15 @@ def _ends(opts: ReadOptions, consumer: Consumer, partitions: Sequence[int]) -> d
     return {p: watermark_offsets(consumer, opts.topic, p, timeout) for p in partitions}
 
 
-def _plan(begin: dict[int, int], end: dict[int, int], opts: ReadOptions) -> list[PlainRanges]:
+def _grouped(begin: dict[int, int], end: dict[int, int], opts: ReadOptions) -> list[list[int]]:
     moved = [p for p in sorted(end) if end[p] > begin.get(p, 0)]
-    sizes = {p: end[p] - begin.get(p, 0) for p in moved}
-    return [PlainRanges([(p, begin.get(p, 0), end[p]) for p in group]) for group in _groups(moved, opts, sizes)]
+    return _groups(moved, opts, {p: end[p] - begin.get(p, 0) for p in moved})
+
+
+def _plan(begin: dict[int, int], end: dict[int, int], opts: ReadOptions,
+          groups: list[list[int]] | None = None) -> list[PlainRanges]:
+    chosen = _grouped(begin, end, opts) if groups is None else groups
+    return [PlainRanges([(p, begin.get(p, 0), end[p]) for p in group]) for group in chosen]
 
 
 class PlainBatchReader(DataSourceReader):
@@ -166,10 +170,15 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         offset = _offset(end, ended=ended)
         if offset["offsets"] == start["offsets"] and not (ended and not start.get("ended")):
             return start  # nothing new (under availableNow: the query ends)
+        # The tasks are planned now and logged with the offset: a micro-batch replayed after a restart with
+        # other options (maxTasks...) runs the same tasks, whose ids the writer's exactly-once relies on.
+        offset["groups"] = _grouped(begin, end, self.opts)
         return offset
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        return _plan(_positions(start), _positions(end), self.opts)
+        groups = end.get("groups")
+        return _plan(_positions(start), _positions(end), self.opts,
+                     [[int(p) for p in g] for g in groups] if isinstance(groups, list) else None)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, PlainRanges)

@@ -51,6 +51,7 @@ it fails the task, naming the row.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -78,7 +79,7 @@ from controlmsg.kafka.admin import create_topic, partition_count
 from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
 from controlmsg.kafka.refusals import mark_reached
 from controlmsg.kafka.settings import worker_logging
-from controlmsg.kafka.writer import ControlWriter
+from controlmsg.kafka.writer import ControlWriter, fence_transactions
 from controlmsg.spark.options import WriteOptions
 from controlmsg.spark.progress import Progress
 from controlmsg.spark.query_log import END_OF_TIME_MS, query_id, stage_progress
@@ -93,6 +94,9 @@ __all__ = ["BatchWriter", "StreamWriter", "TaskCommit", "end_stream", "run_statu
 
 _BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
 _QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
+_QUERY_RUN_PROPERTIES: Final = ("sql.streaming.runId", "spark.jobGroup.id")
+"""Where a task finds its streaming query's run id: Spark's run-id property, else the job group, which a
+streaming query sets to its run id."""
 _JSON_OPTIONS: Final = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC | orjson.OPT_NON_STR_KEYS
 _DRIVER: Final = "driver"
 """The driver's marker says ``"upstream": "driver"``: the driver is the run's one upstream task."""
@@ -110,6 +114,8 @@ class TaskCommit(WriterCommitMessage):
     already_committed: bool
     query_id: str | None
     seconds: float
+    query_run: str | None = None
+    """The streaming query's run (Spark's ``runId``: a new one at every start of the query)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,9 +271,10 @@ class StreamWriter(DataSourceStreamArrowWriter):
                 raise ControlMsgError(f"topic {self.plan.opts.topic!r}: run {self.plan.opts.run_id!r} has ended; "
                                       f"micro-batch {batch} of the same query has rows after its end of stream")
             return TaskCommit(ctx.partitionId(), ctx.attemptNumber(), 0, None, True,
-                              ctx.getLocalProperty(_QUERY_ID_PROPERTY), 0.0)
-        return _write_task(self.plan, iterator, batch_id=int(batch),
+                              ctx.getLocalProperty(_QUERY_ID_PROPERTY), 0.0, _query_run(ctx))
+        done = _write_task(self.plan, iterator, batch_id=int(batch),
                            query_id=ctx.getLocalProperty(_QUERY_ID_PROPERTY), stage=None)
+        return dataclasses.replace(done, query_run=_query_run(ctx))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         opts = self.plan.opts
@@ -280,6 +287,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
             return
         commits = _task_commits(opts, messages) if messages else []
         query = commits[0].query_id if commits else None
+        run = commits[0].query_run if commits else None
         top = _max_time(commits) if commits else None
 
         def plan(committed: dict[str, Any] | None) -> Round | None:
@@ -296,9 +304,19 @@ class StreamWriter(DataSourceStreamArrowWriter):
                     _check_same_stream(opts, committed, query)
                 previous = committed.get("watermark")
             name, generation, switch = _upstream(opts, committed)
+            slots = int((committed or {}).get("taskSlots", (committed or {}).get("writeTasks", 0)) or 0)
+            if commits and len(commits) < slots and (committed or {}).get("queryRun") != run:
+                # The first micro-batch of a new start of the query, with fewer write tasks than the query had
+                # (restarted with fewer after a kill -9, say): a task that will not run again under its id may
+                # have left a transaction open, which would hold every read_committed reader of its partitions
+                # back until the transaction's timeout. Fence those ids now.
+                fence_transactions(dict(opts.config), [transactional_id(opts.topic, task_name(opts.job, opts.run_id, i))
+                                                       for i in range(len(commits), slots)], opts.timeout)
+                slots = len(commits)
             status = {"upstream": _DRIVER, "taskCount": 1, "generation": generation, "batch": batchId,
-                      "writeTasks": len(commits), "watermark": previous,
-                      "queryId": query or (committed or {}).get("queryId")}
+                      "writeTasks": len(commits), "taskSlots": max(slots, len(commits)), "watermark": previous,
+                      "queryId": query or (committed or {}).get("queryId"),
+                      "queryRun": run or (committed or {}).get("queryRun")}
             if ending:
                 return [EndOfStreamMessage(name, 1, opts.run_id, generation=generation)], {**status, "ended": True}
             mark = previous
@@ -378,6 +396,14 @@ def run_status(options: WriteOptions | Mapping[str, str]) -> dict[str, Any] | No
 
 
 # ---------------------------------------------------------------------------------------------- tasks
+
+
+def _query_run(ctx: Any) -> str | None:
+    for name in _QUERY_RUN_PROPERTIES:
+        value = ctx.getLocalProperty(name)
+        if value:
+            return str(value)
+    return None
 
 
 def _write_task(plan: _Plan, batches: Iterator[pa.RecordBatch], *, batch_id: int, query_id: str | None,
