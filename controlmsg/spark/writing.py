@@ -281,8 +281,10 @@ class StreamWriter(DataSourceStreamArrowWriter):
         stage = stage_progress(opts.checkpoint, batchId)
         # Ended input: a stateless stage ends with it; a stateful one once Spark's watermark is the end of time,
         # i.e. after the micro-batch that emitted its last windows (a plain input never gets there: end_stream).
+        # Spark's watermark is 0 in a query's first micro-batch even when it has one: 0 says nothing for a
+        # stateful query, which may emit its windows in the next micro-batch.
         ending = (stage is not None and stage.inputs_ended
-                  and (stage.watermark in (0, END_OF_TIME_MS) or not stage.stateful))
+                  and (stage.watermark == END_OF_TIME_MS or not stage.stateful))
         if not messages and not ending:
             return
         commits = _task_commits(opts, messages) if messages else []
