@@ -2,7 +2,8 @@
 
 Registered by :func:`controlmsg.spark.register` (or by itself: Spark looks up the module
 ``pyspark_controlmsg`` that this package installs). Options are in :mod:`controlmsg.spark.options`; the
-readers in :mod:`controlmsg.spark.reading`, the writers in :mod:`controlmsg.spark.writing`.
+readers in :mod:`controlmsg.spark.reading` (a plain topic's, option ``envelope none``, in
+:mod:`controlmsg.spark.plain`), the writers in :mod:`controlmsg.spark.writing`.
 """
 
 from __future__ import annotations
@@ -43,14 +44,24 @@ class ControlMsgDataSource(DataSource):
         return RAW_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        opts = ReadOptions.parse(self.options)
+        if opts.plain:
+            from controlmsg.spark.plain import PlainBatchReader
+
+            return PlainBatchReader(opts, schema)
         from controlmsg.spark.reading import BatchReader
 
-        return BatchReader(ReadOptions.parse(self.options), schema)
+        return BatchReader(opts, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        opts = ReadOptions.parse(self.options)
+        if opts.plain:
+            from controlmsg.spark.plain import PlainStreamReader
+
+            return PlainStreamReader(opts, schema)
         from controlmsg.spark.reading import StreamReader
 
-        return StreamReader(ReadOptions.parse(self.options), schema)
+        return StreamReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from controlmsg.spark.writing import BatchWriter

@@ -5,7 +5,8 @@ Every option name is case-insensitive, as in Spark. The same names hold for ``re
 
 ==========================  ===================================================================
 ``topic``                   the intermediate topic (required)
-``runId``                   the run written, or followed by a reader (required)
+``runId``                   the run written, or followed by a reader (required; not read by a
+                            reader of a plain topic)
 ``kafka.<setting>``         any librdkafka setting, passed to every client untouched
                             (``kafka.bootstrap.servers`` is required; security settings too)
 ``timeout``                 seconds; readers: fail if the stream has not ended by then; writers:
@@ -31,6 +32,13 @@ given either, groups of ``partitionsPerTask`` (default 1) partitions, fewer task
 neither, groups by the records the partitions hold, see :mod:`controlmsg.spark.reading`), ``batchRows``
 (rows per Arrow batch, default 10000) and, streaming only, ``maxOffsetsPerTrigger`` (at most this many records per
 micro-batch) and ``maxScanMs`` (how long the driver scans for one micro-batch, default 2000).
+
+``envelope none`` reads a **plain** topic, whose records any producer wrote (a JSON object, or any bytes
+read as ``value``, per record: no type byte, no control messages), as ``format("kafka")`` does: batch
+reads take the offsets there at planning, streams start at ``startingOffsets`` (``earliest``, the
+default, or ``latest``) and an ``availableNow`` query stops at the offsets there when it starts; with
+``availableNowEnds true`` that is the end of the input, which a ``controlmsg`` stream writer passes on as
+the end of its stream. See :mod:`controlmsg.spark.plain`.
 
 Bad records (a value that is not JSON or not a JSON object, a field that does not fit its type, a key or
 raw value that is not UTF-8 but read as a string), as Spark's JSON and CSV sources name their modes:
@@ -129,6 +137,18 @@ def _timeout(opts: Mapping[str, str]) -> float | None:
     return value
 
 
+def _envelope(opts: Mapping[str, str]) -> bool:
+    """Whether option ``envelope`` says the topic holds plain records (``none``) rather than envelopes."""
+    return _choice(opts, "envelope", ("controlmsg", "none"), "controlmsg") == "none"
+
+
+def _choice(opts: Mapping[str, str], name: str, values: tuple[str, ...], default: str) -> str:
+    text = (opts.get(name.lower()) or default).strip().lower()
+    if text not in values:
+        raise ValueError(f"option {name!r} must be one of {', '.join(values)}, got {opts.get(name.lower())!r}")
+    return text
+
+
 def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
     text = opts.get(name.lower())
     if text is None or text == "":
@@ -190,6 +210,13 @@ class ReadOptions:
     mode: BadRecordMode = BadRecordMode.FAILFAST
     corrupt_column: str = DEFAULT_CORRUPT_COLUMN
     dead_letter_topic: str | None = None
+    plain: bool = False
+    """Option ``envelope none``: the topic holds plain records, not controlmsg envelopes
+    (:mod:`controlmsg.spark.plain`)."""
+    starting_offsets: str = "earliest"
+    """A plain stream's first offsets when its query has no checkpoint yet: ``earliest`` or ``latest``."""
+    available_now_ends: bool = False
+    """Option ``availableNowEnds``: a plain stream's input ends where an ``availableNow`` query stops."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -197,9 +224,10 @@ class ReadOptions:
         opts = lower_keys(options)
         config = {**_CONSUMER_DEFAULTS, **kafka_settings(opts)}
         mode, dead_letters = _bad_record_mode(opts)
+        plain = _envelope(opts)
         return cls(
             topic=_need(opts, "topic"),
-            run_id=_need(opts, "runId"),
+            run_id=(opts.get("runid") or "") if plain else _need(opts, "runId"),
             config=tuple(sorted(config.items())),
             timeout=_timeout(opts),
             partitions_per_task=_positive_int(opts, "partitionsPerTask", None),
@@ -210,6 +238,9 @@ class ReadOptions:
             mode=mode,
             corrupt_column=opts.get("columnnameofcorruptrecord") or DEFAULT_CORRUPT_COLUMN,
             dead_letter_topic=dead_letters,
+            plain=plain,
+            starting_offsets=_choice(opts, "startingOffsets", ("earliest", "latest"), "earliest"),
+            available_now_ends=_bool(opts, "availableNowEnds", False),
         )
 
 

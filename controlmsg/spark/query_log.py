@@ -4,7 +4,9 @@ Spark writes, before it runs micro-batch *n*, the file ``<checkpointLocation>/of
 line (``v1``), one JSON line of metadata whose ``batchWatermarkMs`` is the event-time watermark in force in
 micro-batch *n* (0 when the query has none), then one line per source with the offset the micro-batch
 reads up to (``-`` for a source without one). A ``controlmsg`` source's offset holds its bookkeeping,
-whose ``streamEnded`` says whether every upstream task has ended. The sink's ``commit`` runs after the
+whose ``streamEnded`` says whether every upstream task has ended; a plain topic's (``envelope none``,
+:mod:`controlmsg.spark.plain`) says ``"ended": true`` when its input ended. A query with a stateful
+operator has a ``state`` directory beside ``offsets``. The sink's ``commit`` runs after the
 micro-batch, so the file is there. This is Spark's offset log format (``OffsetSeqLog``, version 1), read
 only; a checkpoint on a file system Python cannot open here (``hdfs:``, ``s3a:``...) gives ``None``.
 """
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import unquote, urlparse
 
-__all__ = ["END_OF_TIME_MS", "StageProgress", "stage_progress"]
+__all__ = ["END_OF_TIME_MS", "StageProgress", "query_id", "stage_progress"]
 
 END_OF_TIME_MS: Final = 253_402_300_799_999
 """9999-12-31T23:59:59.999Z, Spark's largest timestamp in ms: the ``_watermark`` of the end of stream, and so
@@ -27,11 +29,14 @@ Spark's watermark once a stage's input has ended (the protocol's +infinity,
 
 @dataclass(frozen=True, slots=True)
 class StageProgress:
-    """One micro-batch of a query: Spark's ``watermark`` in force in it (ms, 0: the query has none) and
-    whether every source had ended by its end (``inputs_ended``: all are controlmsg streams that ended)."""
+    """One micro-batch of a query: Spark's ``watermark`` in force in it (ms, 0: the query has none),
+    whether every source had ended by its end (``inputs_ended``: all are controlmsg streams, or plain
+    topics, that ended), and whether the query keeps state (``stateful``: windows, timers... that an end of
+    input does not flush unless the watermark reaches the end of time)."""
 
     watermark: int
     inputs_ended: bool
+    stateful: bool = False
 
 
 def local_path(location: str) -> Path | None:
@@ -60,7 +65,8 @@ def stage_progress(checkpoint: str | None, batch_id: int) -> StageProgress | Non
         return None
     watermark = int(json.loads(lines[1]).get("batchWatermarkMs", 0))
     sources = lines[2:]
-    return StageProgress(watermark, bool(sources) and all(_ended(line) for line in sources))
+    return StageProgress(watermark, bool(sources) and all(_ended(line) for line in sources),
+                         (root / "state").is_dir())
 
 
 def _ended(line: str) -> bool:
@@ -70,5 +76,22 @@ def _ended(line: str) -> bool:
         offset = json.loads(line)
     except ValueError:
         return False
-    book = offset.get("bookkeeping") if isinstance(offset, dict) else None
+    if not isinstance(offset, dict):
+        return False
+    if offset.get("envelope") == "none":  # a plain topic (controlmsg.spark.plain)
+        return offset.get("ended") is True
+    book = offset.get("bookkeeping")
     return isinstance(book, dict) and book.get("streamEnded") is True
+
+
+def query_id(checkpoint: str | None) -> str | None:
+    """The id of the streaming query whose checkpoint is ``checkpoint`` (Spark's ``metadata`` file, kept
+    across restarts); ``None`` when there is no local checkpoint or no such file yet."""
+    root = local_path(checkpoint) if checkpoint is not None else None
+    if root is None:
+        return None
+    try:
+        found = json.loads((root / "metadata").read_text(encoding="utf-8").splitlines()[0]).get("id")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return found if isinstance(found, str) else None

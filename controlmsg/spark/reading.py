@@ -38,8 +38,9 @@ alone would truncate ``2.5`` to ``2``; a floating-point field takes any JSON num
 fields take ISO-8601 strings, decimals numbers or strings, binary fields base64 strings.
 
 **Bad records** are user records that do not fit the DataFrame: a value that is not JSON or not a JSON
-object, a field that does not fit its type, a key (``_key``/``key`` string) or raw value (``value``
-string) that is not UTF-8. Option ``mode``, in the sense of Spark's JSON and CSV sources:
+object, a field that does not fit its type, a field declared ``NOT NULL`` that is missing or null, a key
+(``_key``/``key`` string) or raw value (``value`` string) that is not UTF-8. Option ``mode``, in the sense
+of Spark's JSON and CSV sources:
 
 * ``FAILFAST`` (default): the task fails with a :class:`~controlmsg.errors.ReadError` naming topic,
   partition and offset of the first bad record it reads, and the reason.
@@ -966,6 +967,9 @@ def _json_builder(schema: pa.Schema, policy: _Policy) -> Builder:
                 continue
             else:
                 values = list(map(get, objects, repeat(name)))
+                if not field.nullable and None in values:
+                    for i in (i for i, value in enumerate(values) if value is None):
+                        bad.setdefault(i, f"field {name!r} is missing or null, and the schema says NOT NULL")
             arrays.append(_column(values, field, records, topic, bad))
         return arrays
 

@@ -21,10 +21,11 @@ tasks: every task's records are committed, so on every partition before the roun
   event time is compared across partitions, because partition *i* of one micro-batch has nothing to do
   with partition *i* of the next). The number of writer partitions may change from one micro-batch to the
   next: they are not upstream tasks of the protocol. The stream **ends by itself** when its input did: in
-  the first micro-batch after which every source of the query is a controlmsg stream that has ended, and
-  whose watermark (if the query has one) is the end of time, i.e. after the micro-batch in which Spark
-  emitted the last windows. :func:`end_stream` ends it by hand (a source that never ends, a query stopped
-  for good).
+  the first micro-batch after which every source of the query is a controlmsg stream that has ended (or a
+  plain topic read with ``availableNowEnds``, :mod:`controlmsg.spark.plain`) and, for a query that keeps
+  state, whose watermark is the end of time, i.e. after the micro-batch in which Spark emitted the last
+  windows (a stateless stage, such as an ingest that parses and keys a plain topic, ends with its input).
+  :func:`end_stream` ends it by hand (a source that never ends, a query stopped for good).
 
 A run that an earlier version of this writer started (one control message per write task per partition,
 its marker without ``"upstream": "driver"``) goes on as the next generation of the run (docs/PROTOCOL.md,
@@ -80,7 +81,7 @@ from controlmsg.kafka.settings import worker_logging
 from controlmsg.kafka.writer import ControlWriter
 from controlmsg.spark.options import WriteOptions
 from controlmsg.spark.progress import Progress
-from controlmsg.spark.query_log import END_OF_TIME_MS, stage_progress
+from controlmsg.spark.query_log import END_OF_TIME_MS, query_id, stage_progress
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -159,10 +160,11 @@ def _plan(opts: WriteOptions, schema: StructType) -> _Plan:
     return _Plan(opts, have, key_index, event_index, value_index)
 
 
-def _refuse_ended(opts: WriteOptions) -> dict[str, Any] | None:
-    """The driver's committed marker of this run; refuse to write to a run that has ended."""
+def _refuse_ended(opts: WriteOptions, query: str | None = None) -> dict[str, Any] | None:
+    """The driver's committed marker of this run; refuse to write to a run that has ended, unless streaming
+    query ``query`` ended it (its micro-batches after the end, which have no rows, write nothing)."""
     marker = run_status(opts)
-    if marker is not None and marker.get("ended"):
+    if marker is not None and marker.get("ended") and (query is None or marker.get("queryId") != query):
         raise ControlMsgError(
             f"topic {opts.topic!r}: run {opts.run_id!r} of job {opts.job!r} has already ended (its end of stream "
             "is written); write a new run with a new runId")
@@ -244,7 +246,9 @@ class StreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("controlmsg")``: see the module docstring. Created on the driver."""
 
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
-        _refuse_ended(opts)  # before anything is created
+        # Spark makes a writer for every micro-batch: those after the end this query wrote are let through.
+        marker = _refuse_ended(opts, query_id(opts.checkpoint))  # before anything is created
+        self.ended = bool(marker and marker.get("ended"))
         self.plan = _plan(opts, schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskCommit:
@@ -256,13 +260,22 @@ class StreamWriter(DataSourceStreamArrowWriter):
         if batch is None or not batch.lstrip("-").isdigit():
             raise ControlMsgError(f"write to topic {self.plan.opts.topic!r}: the micro-batch id did not reach the "
                                   f"task (local property {_BATCH_ID_PROPERTY!r} is {batch!r})")
+        if self.ended:  # a micro-batch after this query's end of stream (e.g. Spark's last no-data batch)
+            if any(b.num_rows for b in iterator):
+                raise ControlMsgError(f"topic {self.plan.opts.topic!r}: run {self.plan.opts.run_id!r} has ended; "
+                                      f"micro-batch {batch} of the same query has rows after its end of stream")
+            return TaskCommit(ctx.partitionId(), ctx.attemptNumber(), 0, None, True,
+                              ctx.getLocalProperty(_QUERY_ID_PROPERTY), 0.0)
         return _write_task(self.plan, iterator, batch_id=int(batch),
                            query_id=ctx.getLocalProperty(_QUERY_ID_PROPERTY), stage=None)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         opts = self.plan.opts
         stage = stage_progress(opts.checkpoint, batchId)
-        ending = stage is not None and stage.inputs_ended and stage.watermark in (0, END_OF_TIME_MS)
+        # Ended input: a stateless stage ends with it; a stateful one once Spark's watermark is the end of time,
+        # i.e. after the micro-batch that emitted its last windows (a plain input never gets there: end_stream).
+        ending = (stage is not None and stage.inputs_ended
+                  and (stage.watermark in (0, END_OF_TIME_MS) or not stage.stateful))
         if not messages and not ending:
             return
         commits = _task_commits(opts, messages) if messages else []
@@ -273,6 +286,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
             """Decided after fencing, from what the last driver committed: its watermark is the floor."""
             previous: int | None = None
             if committed is not None:
+                if committed.get("ended"):
+                    return None  # nothing after the end (a later micro-batch of the query that ended it)
                 if int(committed.get("batch", -1)) >= batchId and (not commits or committed.get("queryId") == query):
                     return None  # a replayed micro-batch: its round is in
                 if not commits and committed.get("ended"):

@@ -1,0 +1,291 @@
+"""Reading a **plain** topic (option ``envelope none``): records any producer wrote, as ``format("kafka")``
+reads them, with the JSON parsing, bad-record handling and dead letters of ``format("controlmsg")``.
+
+A plain topic is where a pipeline starts: the events an application produces (a JSON object per record, no
+controlmsg type byte, no control messages). Reading it with the same source as the intermediate topics
+gives the first stage of a chain the same schema handling (``.schema(ddl)``, ``_partition``, ``_offset``,
+``_key``, ``mode``, ``deadLetterTopic``; without a schema ``partition, offset, key, value``) on every
+Spark version this project supports, where Spark's own Kafka connector is published for some only.
+
+* **Batch** (``spark.read``): each partition from its log start to its end offset at planning time
+  (``read_committed``: the last stable offset), grouped into tasks as :mod:`controlmsg.spark.reading`
+  groups an intermediate topic's partitions.
+* **Streaming** (``spark.readStream``): a micro-batch reads each partition from the last offsets to its end
+  offset when the micro-batch is planned (at most ``maxOffsetsPerTrigger`` records in all, shared by the
+  partitions in proportion to what each has). The offsets go to Spark's offset log as
+  ``{"format": 1, "envelope": "none", "offsets": {partition: next offset}, "ended": bool}``, so a restart
+  resumes there: nothing twice, nothing lost. A query with no checkpoint starts at ``startingOffsets``:
+  ``earliest`` (the default: unlike ``format("kafka")``, whose streams start at ``latest``, nothing written
+  before the query started is skipped unless asked) or ``latest``. Under ``trigger(availableNow=True)`` the
+  query reads what the topic holds when it starts, and stops there. Spark's ``availableNow`` is often
+  an incremental batch run again and again, so that stop is not the end of the input by default; with
+  ``availableNowEnds true`` it is (a bounded input, a backfill): the offset of the micro-batch that gets
+  there says ``"ended": true`` (a micro-batch that reads nothing is added when the query had read it all
+  already, so that the end is always in the log), and a ``controlmsg`` stream writer passes it on as the
+  end of its stream (see :mod:`controlmsg.spark.writing`).
+
+A plain topic carries no watermark: ``_watermark`` and ``_control`` are refused. Declare the stage's
+event time with Spark's ``withWatermark``; the ``controlmsg`` writer carries Spark's watermark onward.
+Partitions added to the topic while a stream runs are read from their start at the next micro-batch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from controlmsg.errors import ControlMsgError, ReadError
+from controlmsg.kafka.admin import wait_for_topic, watermark_offsets
+from controlmsg.kafka.reader import DataColumns
+from controlmsg.kafka.refusals import check_client, mark_reached
+from controlmsg.kafka.settings import worker_logging
+from controlmsg.spark.options import ReadOptions
+from controlmsg.spark.progress import Progress
+from controlmsg.spark.reading import (
+    _META_CONTROL,
+    _META_WATERMARK,
+    _POLL_S,
+    _builder,
+    _check_dead_letters,
+    _consumer_conf,
+    _groups,
+    _SetAside,
+)
+
+__all__ = ["PlainBatchReader", "PlainRanges", "PlainStreamReader", "is_plain_offset"]
+
+_FORMAT: Final = 1
+_ENVELOPE: Final = "none"
+
+
+def is_plain_offset(offset: Any) -> bool:
+    """Whether ``offset`` (a source's entry in Spark's offset log, parsed) is a plain stream's."""
+    return isinstance(offset, dict) and offset.get("envelope") == _ENVELOPE
+
+
+class PlainRanges(InputPartition):
+    """One task's share: partitions with their ``[start, end)`` offsets."""
+
+    def __init__(self, ranges: Sequence[tuple[int, int, int]]) -> None:
+        super().__init__(tuple(ranges))
+        self.ranges = tuple(ranges)
+
+
+def _refuse_watermark(schema: StructType) -> None:
+    for name in (_META_WATERMARK, _META_CONTROL):
+        if name in schema.fieldNames():
+            raise ValueError(f"the field '{name}' is the watermark of an intermediate topic; a plain topic "
+                             "(envelope none) carries none: declare the stage's event time with Spark's "
+                             "withWatermark, and the controlmsg writer carries it onward")
+
+
+def _ends(opts: ReadOptions, consumer: Consumer, partitions: Sequence[int]) -> dict[int, tuple[int, int]]:
+    """Each partition's (log start, end) offsets now; the end is the last stable offset under
+    ``read_committed`` (the reader's isolation level)."""
+    timeout = opts.timeout or 30.0
+    return {p: watermark_offsets(consumer, opts.topic, p, timeout) for p in partitions}
+
+
+def _plan(begin: dict[int, int], end: dict[int, int], opts: ReadOptions) -> list[PlainRanges]:
+    moved = [p for p in sorted(end) if end[p] > begin.get(p, 0)]
+    sizes = {p: end[p] - begin.get(p, 0) for p in moved}
+    return [PlainRanges([(p, begin.get(p, 0), end[p]) for p in group]) for group in _groups(moved, opts, sizes)]
+
+
+class PlainBatchReader(DataSourceReader):
+    """``spark.read.format("controlmsg").option("envelope", "none")``: see the module docstring."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        _refuse_watermark(schema)
+        _builder(schema, options)  # refuse a schema that cannot be built, at planning time
+        self.opts = options
+        self.schema = schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        opts = self.opts
+        count = wait_for_topic(dict(opts.config), opts.topic, opts.timeout)
+        _check_dead_letters(opts)
+        consumer = Consumer(_consumer_conf(opts, eof=False))
+        try:
+            spans = _ends(opts, consumer, range(count))
+        finally:
+            consumer.close()
+        return _plan({p: lo for p, (lo, _) in spans.items()}, {p: hi for p, (_, hi) in spans.items()}, opts)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, PlainRanges)
+        return read_ranges(self.opts, self.schema, partition.ranges)
+
+
+class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("controlmsg").option("envelope", "none")``: see the module docstring.
+    Runs on the driver."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        _refuse_watermark(schema)
+        _builder(schema, options)
+        self.opts = options
+        self.schema = schema
+        self._consumer: Consumer | None = None
+        self._target: dict[int, int] | None = None  # availableNow: the end of the input
+
+    def initialOffset(self) -> dict[str, Any]:
+        spans = _ends(self.opts, self._open(), self._topic_partitions())
+        latest = self.opts.starting_offsets == "latest"
+        return _offset({p: hi if latest else lo for p, (lo, hi) in spans.items()}, ended=False)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        spans = _ends(self.opts, self._open(), self._topic_partitions())
+        self._target = {p: hi for p, (_, hi) in spans.items()}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.opts.max_offsets_per_trigger
+        return ReadAllAvailable() if n is None else ReadMaxRows(n)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = _positions(start)
+        parts = self._topic_partitions(refresh=True)
+        if self._target is not None:
+            end = {p: max(self._target.get(p, begin.get(p, 0)), begin.get(p, 0)) for p in parts}
+        else:
+            spans = _ends(self.opts, self._open(), parts)
+            end = {p: max(hi, begin.get(p, lo)) for p, (lo, hi) in spans.items()}
+            for p in parts:  # a partition added since: from its start
+                begin.setdefault(p, spans[p][0])
+        if isinstance(limit, ReadMaxRows):
+            end = _limited(begin, end, limit.max_rows)
+        ended = (self.opts.available_now_ends and self._target is not None
+                 and all(end[p] >= self._target.get(p, 0) for p in parts))
+        offset = _offset(end, ended=ended)
+        if offset["offsets"] == start["offsets"] and not (ended and not start.get("ended")):
+            return start  # nothing new (under availableNow: the query ends)
+        return offset
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        return _plan(_positions(start), _positions(end), self.opts)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, PlainRanges)
+        return read_ranges(self.opts, self.schema, partition.ranges)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass  # the position lives in Spark's offset log
+
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def _open(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(_consumer_conf(self.opts, eof=False))
+        return self._consumer
+
+    def _topic_partitions(self, refresh: bool = False) -> list[int]:
+        if refresh:
+            metadata = self._open().list_topics(self.opts.topic, timeout=self.opts.timeout or 30.0)
+            topic = metadata.topics.get(self.opts.topic)
+            if topic is not None and topic.error is None and topic.partitions:
+                return sorted(topic.partitions)
+        count = wait_for_topic(dict(self.opts.config), self.opts.topic, self.opts.timeout)
+        _check_dead_letters(self.opts)
+        return list(range(count))
+
+
+def _offset(positions: dict[int, int], *, ended: bool) -> dict[str, Any]:
+    return {"format": _FORMAT, "envelope": _ENVELOPE,
+            "offsets": {str(p): o for p, o in sorted(positions.items())}, "ended": ended}
+
+
+def _positions(offset: dict[str, Any]) -> dict[int, int]:
+    if not is_plain_offset(offset) or offset.get("format") != _FORMAT:
+        raise ControlMsgError("the streaming checkpoint's offset is not a plain (envelope none) controlmsg offset "
+                              f"of format {_FORMAT}: {str(offset)[:200]}; a query's checkpoint belongs to its "
+                              "source: start the query with a new checkpointLocation")
+    return {int(p): int(o) for p, o in offset["offsets"].items()}
+
+
+def _limited(begin: dict[int, int], end: dict[int, int], max_rows: int) -> dict[int, int]:
+    """``end`` cut so that at most ``max_rows`` offsets are read in all, each partition getting a share in
+    proportion to what it has (at least one offset while it has any, so that every partition moves)."""
+    spans = {p: end[p] - begin.get(p, 0) for p in end}
+    total = sum(spans.values())
+    if total <= max_rows:
+        return end
+    return {p: begin.get(p, 0) + (min(span, max(1, span * max_rows // total)) if span else 0)
+            for p, span in spans.items()}
+
+
+def read_ranges(opts: ReadOptions, schema: StructType,
+                ranges: Sequence[tuple[int, int, int]]) -> Iterator[pa.RecordBatch]:
+    """Read the ``[start, end)`` offsets of some partitions of a plain topic into Arrow batches of
+    ``schema`` (runs in a worker). A partition is done at its last planned record, or at an end-of-partition
+    event at or past its planned end (the last offsets may be transaction markers or aborted records, which
+    ``read_committed`` does not deliver)."""
+    worker_logging()
+    mark_reached(dict(opts.config))  # the driver planned this task with the cluster's answers
+    build, _ = _builder(schema, opts)
+    topic = opts.topic
+    end = {p: stop for p, start, stop in ranges if stop > start}
+    open_parts = set(end)
+    conf = _consumer_conf(opts, eof=True)
+    consumer = Consumer(conf)
+    consumer.assign([TopicPartition(topic, p, start) for p, start, stop in ranges if stop > start])
+    wait_s = opts.timeout if opts.timeout is not None else 120.0
+    last_record = time.monotonic()
+    pending = DataColumns()
+    aside = _SetAside(opts, Progress(f"reader {topic} partitions {sorted(end)}"))
+    try:
+        while open_parts:
+            try:
+                msgs: list[Any] = consumer.consume(max(opts.batch_rows, 1000), _POLL_S)
+            except KafkaException as exc:
+                raise ReadError(f"reading topic {topic!r} failed: {exc.args[0]}") from exc
+            if not msgs:
+                check_client(conf)
+                if time.monotonic() - last_record > wait_s:
+                    raise ReadError(f"topic {topic!r}: partitions {sorted(open_parts)} gave no record for {wait_s:g} "
+                                    f"s before the planned offsets {({p: end[p] for p in open_parts})}")
+            for msg in msgs:
+                p = msg.partition()
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if p in open_parts and msg.offset() >= end[p]:
+                            open_parts.discard(p)
+                        continue
+                    raise ReadError(f"reading topic {topic!r} partition {p} failed: {err.str()}")
+                if p not in open_parts:
+                    continue
+                last_record = time.monotonic()
+                off = msg.offset()
+                if off >= end[p]:
+                    open_parts.discard(p)
+                    continue
+                if off == end[p] - 1:
+                    open_parts.discard(p)
+                pending.partitions.append(p)
+                pending.offsets.append(off)
+                pending.keys.append(msg.key())
+                pending.payloads.append(msg.value() or b"")
+                pending.messages.append(msg)
+            if len(pending) >= opts.batch_rows:
+                batch = aside.take(build(pending, topic, None))
+                if batch is not None:
+                    yield batch
+                pending = DataColumns()
+        if pending:
+            batch = aside.take(build(pending, topic, None))
+            if batch is not None:
+                yield batch
+        aside.finish()
+    finally:
+        aside.close()
+        consumer.close()

@@ -1,0 +1,84 @@
+"""What the three stages of the example chain on Structured Streaming share (``spark_jobs.stage_ingest``,
+``stage_window``, ``stage_sink``): their options, waiting for their queries, and their summaries."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
+
+__all__ = ["add_stage_options", "await_queries", "run_queries", "stage_summary", "sum_fields"]
+
+_TRANSIENT: Final = ("Python worker failed to connect back",)
+"""Failures of a query that its restart from the checkpoint cures: Spark gives a Python worker it starts for
+a Python data source's planning a fixed 10 s to connect back, which a loaded machine can miss."""
+_RESTARTS: Final = 3
+
+
+def add_stage_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True,
+                        help="the query's checkpointLocation (a local directory here): a restart resumes from it")
+    parser.add_argument("--trigger-interval", default="1 second",
+                        help="processing-time trigger of a stage that runs until stopped (default 1 second)")
+    parser.add_argument("--max-offsets-per-trigger", help="at most this many records per micro-batch")
+
+
+def sum_fields(sums: Sequence[str]) -> dict[str, str]:
+    """``--sum COL[:TYPE]`` values as name -> Spark SQL type (default ``double``)."""
+    return {name: typ or "double" for name, _, typ in (s.partition(":") for s in sums)}
+
+
+def run_queries(start: Callable[[], Sequence[StreamingQuery]], log: logging.Logger) -> list[StreamingQuery]:
+    """Start the queries (``start``) and wait for them (:func:`await_queries`). A failure that a restart
+    cures (:data:`_TRANSIENT`) stops the others and starts them all again from their checkpoints, up to
+    :data:`_RESTARTS` times. Returns the queries of the last start."""
+    for attempt in range(_RESTARTS + 1):
+        queries = list(start())
+        try:
+            await_queries(queries, log)
+            return queries
+        except RuntimeError as exc:
+            if attempt == _RESTARTS or not any(text in str(exc) for text in _TRANSIENT):
+                raise
+            log.warning("%s; starting the queries again from their checkpoints (%d of %d)", exc, attempt + 1,
+                        _RESTARTS)
+    raise AssertionError("unreachable")
+
+
+def await_queries(queries: Sequence[StreamingQuery], log: logging.Logger) -> None:
+    """Wait until every query has ended, a second at a time (so that SIGTERM is handled between two waits);
+    when one fails, stop the others and raise its failure (``RuntimeError``)."""
+    from pyspark.errors import StreamingQueryException
+
+    running = list(queries)
+    while running:
+        for query in list(running):
+            try:
+                ended = query.awaitTermination(1)
+            except StreamingQueryException:  # it failed: query.exception() says how
+                ended = True
+            if ended:
+                running.remove(query)
+                failure = query.exception()
+                if failure is not None:
+                    for other in running:
+                        other.stop()
+                        other.awaitTermination()
+                    raise RuntimeError(f"query {query.name or query.id} failed: {failure}")
+                log.info("query %s ended", query.name or query.id)
+
+
+def stage_summary(query: StreamingQuery, sink: Mapping[str, str]) -> dict[str, Any]:
+    """Rows read by ``query`` in its recent micro-batches (the last 100 Spark keeps), and what its ``controlmsg`` sink
+    (options ``sink``, or none) has committed for its run."""
+    from controlmsg.spark import run_status
+
+    recent = query.recentProgress  # Spark keeps the last 100 micro-batches
+    rows = sum(int(p.get("numInputRows") or 0) for p in recent)
+    status = run_status(sink) if sink else None
+    return {"rows_in_recent": rows, "recent_micro_batches": len(recent), "run": status,
+            "ended": bool(status and status.get("ended"))}

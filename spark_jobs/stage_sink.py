@@ -1,0 +1,73 @@
+"""``python -m spark_jobs.stage_sink``: the window results' topic -> a Parquet directory, exactly once, as an
+ordinary Structured Streaming query.
+
+The last stage of the example streaming chain on the public API (:func:`sink_query` is all of it):
+``readStream.format("controlmsg")`` -> Spark's own file sink (``writeStream.format("parquet")``), whose
+log under the checkpoint makes every window result land once across kills and restarts. The query runs
+``availableNow``: until the windows topic's end of stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs.checks import sum_problems
+from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
+from spark_jobs.stage_common import add_stage_options, run_queries, stage_summary, sum_fields
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+__all__ = ["build_parser", "main", "run", "sink_query"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.stage_sink", description=__doc__.split("\n")[0])
+    p.add_argument("--input-topic", required=True, help="the window results")
+    p.add_argument("--output", required=True, help="a Parquet directory")
+    p.add_argument("--sum", action="append", default=[], metavar="COL[:TYPE]",
+                   help="a summed column of the results (repeatable), as stage_window was given it")
+    add_stage_options(p)
+    add_common_options(p)
+    return p
+
+
+def check_arguments(args: argparse.Namespace) -> list[str]:
+    return sum_problems("--sum", args.sum)
+
+
+def sink_query(spark: SparkSession, source: dict[str, str], output: str, *, sums: dict[str, str],
+               checkpoint: str) -> StreamingQuery:
+    """The stage: window results (``format("controlmsg")`` options ``source``) to Parquet under ``output``."""
+    columns = "".join(f", `sum_{c}` {t}" for c, t in sums.items())
+    results = (spark.readStream.format("controlmsg").options(**source)
+               .schema(f"key string, window_start long, window_end long, count long{columns}").load())
+    return (results.writeStream.format("parquet").option("path", output)
+            .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+
+
+def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
+    """The job's work in an existing Spark session; returns its summary."""
+    log = job_logger("stage_sink")
+    source = controlmsg_options(args, config, args.input_topic, maxOffsetsPerTrigger=args.max_offsets_per_trigger)
+
+    def start() -> list[StreamingQuery]:
+        query = sink_query(spark, source, args.output, sums=sum_fields(args.sum), checkpoint=args.checkpoint)
+        log.info("query started: %s -> %s (Parquet), checkpoint %s, run %s", args.input_topic, args.output,
+                 args.checkpoint, args.run_id)
+        return [query]
+
+    (query,) = run_queries(start, log)
+    return stage_summary(query, {})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_job("stage_sink", build_parser(), run, argv, check_arguments)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

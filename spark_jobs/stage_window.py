@@ -1,0 +1,111 @@
+"""``python -m spark_jobs.stage_window``: an intermediate topic -> tumbling windows per key -> the next topic,
+as ordinary Structured Streaming queries.
+
+The middle stage of the example streaming chain on the public API (:func:`window_queries` is all of it):
+``readStream.format("controlmsg")`` with the reconciled watermark's columns, :func:`controlmsg.spark.
+with_watermark`, then Spark's own ``groupBy(window(...)).agg(count, sum)`` in append mode: each window is
+emitted once, when the reconciled watermark of the upstream passes its end, and written with
+``writeStream.format("controlmsg")`` as ``{"key", "window_start", "window_end", "count", "sum_<c>"}``
+(epoch ms, as the long-running ``stream_window`` writes them). The writer carries the stage's watermark
+onward and ends the stream by itself after the last windows. A second query keeps the late records (behind
+the watermark they were read with) in ``<output topic>-late``, with that watermark: nothing dropped
+without a trace.
+
+Both queries run ``availableNow``: with a ``controlmsg`` source that means until the input's end of stream
+(they wait for the upstream meanwhile). ``kill -9`` and the same command resume from ``--checkpoint``
+(``<checkpoint>/windows``, ``<checkpoint>/late``): nothing twice, the watermark never back. Spark fixes a
+stateful query's shuffle partitions in its checkpoint: this stage cannot be rescaled between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs.checks import duration_problems, positive_problems, sum_problems
+from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
+from spark_jobs.stage_common import add_stage_options, run_queries, stage_summary, sum_fields
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+__all__ = ["build_parser", "main", "run", "window_queries"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.stage_window", description=__doc__.split("\n")[0])
+    p.add_argument("--input-topic", required=True)
+    p.add_argument("--output-topic", required=True)
+    p.add_argument("--window", required=True, help="tumbling window size (1m, 1h, ...)")
+    p.add_argument("--sum", action="append", default=[], metavar="COL[:TYPE]",
+                   help="a column to sum per window (repeatable); TYPE long or double (default double)")
+    p.add_argument("--partitions", type=int, default=4, help="output topic partitions (created if missing)")
+    add_stage_options(p)
+    add_common_options(p)
+    return p
+
+
+def check_arguments(args: argparse.Namespace) -> list[str]:
+    return (duration_problems([("--window", args.window, False)]) + sum_problems("--sum", args.sum)
+            + positive_problems([("--partitions", args.partitions)]))
+
+
+def window_queries(spark: SparkSession, source: dict[str, str], sink: dict[str, str], late_sink: dict[str, str], *,
+                   window: str, sums: dict[str, str], checkpoint: str) -> tuple[StreamingQuery, StreamingQuery]:
+    """The stage: the windows query and the late records' query, ``format("controlmsg")`` in and out."""
+    from pyspark.sql import functions as F
+
+    from controlmsg.spark import WATERMARK_COLUMNS, late_records, with_watermark
+
+    columns = ", ".join(f"`{c}` {t}" for c, t in sums.items())
+    events = (spark.readStream.format("controlmsg").options(**source)
+              .schema(f"key string, event_ms long, {columns + ', ' if columns else ''}{WATERMARK_COLUMNS}")
+              .load()
+              .withColumn("ts", F.timestamp_millis("event_ms")))
+    windows = (with_watermark(events, "ts")
+               .groupBy(F.window("ts", window), "key")
+               .agg(F.count(F.lit(1)).alias("count"), *[F.sum(c).alias(f"sum_{c}") for c in sums])
+               .select("key", F.unix_millis(F.col("window.start")).alias("window_start"),
+                       F.unix_millis(F.col("window.end")).alias("window_end"), "count",
+                       *[f"sum_{c}" for c in sums]))
+    late = late_records(events, "ts").select("key", "event_ms", *sums,
+                                             F.unix_millis("_watermark").alias("watermark"))
+    started = (windows.writeStream.format("controlmsg").options(**sink).outputMode("append")
+               .option("checkpointLocation", f"{checkpoint}/windows").trigger(availableNow=True).start())
+    kept = (late.writeStream.format("controlmsg").options(**late_sink)
+            .option("checkpointLocation", f"{checkpoint}/late").trigger(availableNow=True).start())
+    return started, kept
+
+
+def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
+    """The job's work in an existing Spark session; returns its summary."""
+    from spark_jobs.events import parse_duration
+
+    log = job_logger("stage_window")
+    seconds = parse_duration(args.window) / 1000
+    source = controlmsg_options(args, config, args.input_topic, maxOffsetsPerTrigger=args.max_offsets_per_trigger)
+    sink = controlmsg_options(args, config, args.output_topic, job="stage_window", key="key",
+                              eventTime="window_end", partitions=str(args.partitions), dataHeaders="false")
+    late_sink = controlmsg_options(args, config, f"{args.output_topic}-late", job="stage_window_late", key="key",
+                                   eventTime="event_ms", partitions="1", dataHeaders="false")
+
+    def start() -> tuple[StreamingQuery, StreamingQuery]:
+        queries = window_queries(spark, source, sink, late_sink, window=f"{seconds:g} seconds",
+                                 sums=sum_fields(args.sum), checkpoint=args.checkpoint)
+        log.info("query started: %s -> %s windows of %s, late records -> %s, checkpoint %s, run %s",
+                 args.input_topic, args.output_topic, args.window, late_sink["topic"], args.checkpoint, args.run_id)
+        return queries
+
+    windows, late = run_queries(start, log)
+    return {"windows": stage_summary(windows, sink), "late": stage_summary(late, late_sink)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_job("stage_window", build_parser(), run, argv, check_arguments)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""The example streaming chain as three ordinary Structured Streaming queries (``spark_jobs.stage_ingest``,
+``stage_window``, ``stage_sink``), each its own Spark application, on a real broker: equal to the oracle
+with late data, more write tasks than cores, ``kill -9`` of each stage in the middle of its run and the
+same command again (the ingest with fewer tasks: rescaled between runs), every window once, and the
+chain ends by itself at the source's end.
+
+Each stage runs in its own process group; the kill takes the whole group (driver, JVM, Python workers).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+import pytest
+from pyspark.sql import SparkSession
+
+from controlmsg.kafka import ControlReader, DataRecord
+
+from .test_streaming_pipeline import generated_source
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+EVENTS = 6000
+WINDOW_MS = 60_000
+
+
+class Stages:
+    """The three stages of one run, started and killed one by one."""
+
+    def __init__(self, servers: str, source: str, tmp_path: Path) -> None:
+        self.run_id = f"stages-{uuid.uuid4().hex[:8]}"
+        self.dir = tmp_path
+        self.events_topic, self.windows_topic = f"{self.run_id}-events", f"{self.run_id}-windows"
+        self.output = tmp_path / "windows.parquet"
+        common = ["--run-id", self.run_id, "--master", "local[2]", "--bootstrap-servers", servers]
+        self.commands = {
+            "stage_ingest": ["--source-topic", source, "--topic", self.events_topic, "--key", "user",
+                             "--event-time", "event_time", "--carry", "amount", "--allowed-lateness", "10s",
+                             "--partitions", "3", "--until-source-end", "--max-offsets-per-trigger", "400",
+                             "--checkpoint", str(tmp_path / "ckpt-ingest")],
+            "stage_window": ["--input-topic", self.events_topic, "--output-topic", self.windows_topic,
+                             "--window", "1m", "--sum", "amount", "--partitions", "3",
+                             "--checkpoint", str(tmp_path / "ckpt-window")],
+            "stage_sink": ["--input-topic", self.windows_topic, "--output", str(self.output), "--sum", "amount",
+                           "--checkpoint", str(tmp_path / "ckpt-sink")],
+        }
+        self.common = common
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs: list[IO[bytes]] = []
+
+    def start(self, job: str, *extra: str) -> None:
+        log = (self.dir / f"{job}.log").open("ab")
+        self.logs.append(log)
+        argv = [sys.executable, "-m", f"spark_jobs.{job}", *self.commands[job], *self.common, *extra,
+                "--summary", str(self.dir / f"{job}.json")]
+        self.procs[job] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def kill9(self, job: str) -> None:
+        proc = self.procs[job]
+        assert proc.poll() is None, f"{job} ended before it could be killed: the test lost its timing\n{self.tail(job)}"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+    def tail(self, job: str) -> str:
+        return "\n".join((self.dir / f"{job}.log").read_text(errors="replace").splitlines()[-30:])
+
+    def wait(self, timeout: float = 420.0) -> None:
+        deadline = time.monotonic() + timeout
+        for job, proc in self.procs.items():
+            try:
+                code = proc.wait(max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                code = None
+            assert code == 0, f"{job} exit {code}:\n{self.tail(job)}"
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
+        for log in self.logs:
+            log.close()
+
+
+def wait_for_records(config: dict[str, Any], topic: str, run_id: str, at_least: int, timeout: float = 300) -> None:
+    """Block until ``topic`` holds ``at_least`` committed user records of the run (and has not ended)."""
+    deadline = time.monotonic() + timeout
+    seen = 0
+    with ControlReader(config, topic, run_id=run_id, topic_timeout=timeout) as reader:
+        while seen < at_least:
+            assert time.monotonic() < deadline, f"{topic}: {seen} records after {timeout} s"
+            seen += sum(isinstance(item, DataRecord) for item in reader.poll(0.2))
+            assert not reader.tracker.is_ended, f"{topic} ended before {at_least} records: no mid-run kill"
+
+
+def read_all(config: dict[str, Any], topic: str, run_id: str) -> list[dict[str, Any]]:
+    """Every user record of the run, to its end of stream."""
+    with ControlReader(config, topic, run_id=run_id, stop_at_end=True, topic_timeout=60) as reader:
+        records = []
+        deadline = time.monotonic() + 120
+        while not reader.tracker.is_ended:
+            assert time.monotonic() < deadline, f"{topic}: no end of stream"
+            records += [orjson.loads(i.payload) for i in reader.poll(0.2) if isinstance(i, DataRecord)]
+    return records
+
+
+def event_ms(iso: str) -> int:
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def test_three_queries_kill_9_each_rescale_and_the_oracle(spark: SparkSession, kafka_config: dict[str, Any],
+                                                         bootstrap_servers: str, new_topic: Callable[..., str],
+                                                         tmp_path: Path) -> None:
+    source = new_topic(6, prefix="raw")
+    path = generated_source(kafka_config, source, tmp_path, events=EVENTS, keys=40, disorder_ms=5000, seed=23,
+                            late_fraction=0.03, late_by_ms=600_000)
+    events = [orjson.loads(line) for line in path.read_bytes().splitlines() if line]
+    stages = Stages(bootstrap_servers, source, tmp_path)
+    try:
+        stages.start("stage_sink")
+        stages.start("stage_window")
+        stages.start("stage_ingest", "--tasks", "6")  # six write tasks on two cores
+        wait_for_records(kafka_config, stages.events_topic, stages.run_id, EVENTS // 4)
+        stages.kill9("stage_ingest")
+        stages.start("stage_ingest", "--tasks", "3")  # rescaled: the driver is the one upstream task
+        wait_for_records(kafka_config, stages.windows_topic, stages.run_id, 40)
+        stages.kill9("stage_window")
+        stages.start("stage_window")
+        stages.kill9("stage_sink")
+        stages.start("stage_sink")
+        stages.wait()
+    finally:
+        stages.close()
+
+    late = read_all(kafka_config, f"{stages.windows_topic}-late", stages.run_id)
+    assert late, "3% of the events are ten minutes late: some must meet the watermark"
+    assert all(v["event_ms"] < v["watermark"] for v in late)
+    inputs = Counter((e["user"], event_ms(e["event_time"]), e["amount"]) for e in events)
+    left = inputs - Counter((v["key"], v["event_ms"], v["amount"]) for v in late)
+    assert sum(left.values()) == len(events) - len(late), "each late record is one of the input's, once"
+    want: dict[tuple[str, int], list[float]] = {}
+    for (user, ms, amount), n in left.items():
+        acc = want.setdefault((user, ms - ms % WINDOW_MS), [0, 0.0])
+        acc[0] += n
+        acc[1] += amount * n
+    rows = spark.read.parquet(str(stages.output)).collect()
+    got = Counter((r["key"], r["window_start"]) for r in rows)
+    assert max(got.values()) == 1, "every window once, across the kills"
+    assert set(got) == set(want)
+    for r in rows:
+        count, total = want[(r["key"], r["window_start"])]
+        assert r["count"] == count and r["window_end"] == r["window_start"] + WINDOW_MS
+        assert abs(r["sum_amount"] - total) <= 1e-9 * max(1.0, abs(total))
+    ingest = orjson.loads((tmp_path / "stage_ingest.json").read_bytes())
+    assert ingest["ended"] and ingest["run"]["ended"]
+    window = orjson.loads((tmp_path / "stage_window.json").read_bytes())
+    assert window["windows"]["ended"] and window["late"]["ended"]
