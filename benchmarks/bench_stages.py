@@ -69,11 +69,12 @@ the events observer sees to the moment the windows topic holds every window resu
 configuration). Runtime and stages also end by themselves: the same from the first event record to the
 windows topic's end of stream (every window closed; records/s over the same events). The connector's chain
 never ends by itself (an unbounded Kafka source, and its last windows never close: no event time passes
-them), so it is stopped once the closed set is there. A chain whose closed set stays incomplete (records
-dropped as late never come) is stopped once nothing has moved for ``--settle`` seconds (no new result, no
-application log line) after the events topic held every event; then the time to the last expected result
-that came is printed instead. The counts of the closed windows are checked against the recomputed ones,
-and the records the window application dropped as late are printed where it says.
+them), so it is stopped once the closed set is there, or, when some of it never comes (Spark's watermark
+dropped their records as late), once its window query has logged a micro-batch after the one in which it had
+read every event; then the time to the last expected result that came is printed instead. The counts of
+the closed windows are checked against the recomputed ones, and the records the window application found
+late are printed (runtime and stages: the data records of ``<windows>-late``; the connector: the rows
+Spark's watermark dropped, from its window job's log).
 
 The table at the end has each figure per engine and its ratio to the runtime's, and the load average at
 the start and the end. At the defaults the three engines take about 8-10 minutes on 2 cores.
@@ -83,7 +84,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import importlib.util
 import itertools
 import math
@@ -106,7 +106,10 @@ import orjson
 from bench_streaming import App, Chain, Observer, add_chain_options, percentile
 from common import PlainReader, kafka_cluster, load_average
 from confluent_kafka import Consumer, TopicPartition
+from connector_jobs import spark_interval
 
+from controlmsg.core.bookkeeping import StreamEnded
+from controlmsg.kafka import ControlReader, DataRecord
 from controlmsg.kafka.settings import for_client
 from spark_jobs.events import parse_duration
 from spark_jobs.generate import GeneratorConfig, events, generate
@@ -135,9 +138,25 @@ class Runtime(Chain):
         return sorted(name for name in names if self.run_id in name)
 
     def late_records(self) -> int | None:
-        """Records the window application dropped as late, as it reports them (None: it does not say)."""
-        summary = self.summary("stream_window")
-        return None if summary is None else sum(int(t["late"]) for t in summary["tasks"])
+        """Records the window application found behind the watermark: runtime and stages write them to
+        ``<windows>-late`` (read here, to its end or until it stays quiet for 1.5 s; None: no such topic)."""
+        from controlmsg.errors import ControlMsgError
+
+        count = quiet = 0
+        try:
+            with ControlReader(self.config, f"{self.windows}-late", topic_timeout=5) as reader:
+                while quiet < 3:
+                    items = reader.poll(0.5)
+                    count += sum(1 for item in items if isinstance(item, DataRecord))
+                    quiet = 3 if any(isinstance(item, StreamEnded) for item in items) else 0 if items else quiet + 1
+        except ControlMsgError:
+            return None
+        return count
+
+    def drained(self, events: int) -> bool:
+        """Whether the window application has read all ``events`` and run after it, so that no further
+        result can come. Runtime and stages end their stream instead: False."""
+        return False
 
     def _checkpoint(self, job: str) -> str:
         return str(self.work / f"{self.run_id}-{job}-checkpoint")
@@ -173,23 +192,21 @@ class Stages(Queries):
 
     engine: ClassVar[str] = "stages"
 
-    def late_records(self) -> int | None:
-        return None
-
     def start_window(self) -> App:
+        """stage_window runs its queries ``availableNow``: until the input's end of stream, no trigger."""
         a = self.args
-        trigger = ["--trigger-interval", a.watermark_interval] if a.stage_window_trigger else []
         return self._app("stage_window", [
             sys.executable, "-m", "spark_jobs.stage_window", "--input-topic", self.events,
             "--output-topic", self.windows, "--window", a.window, "--sum", "amount",
-            "--checkpoint", self._checkpoint("stage_window"), *trigger, *self._common("stage_window")])
+            "--partitions", str(a.partitions), "--checkpoint", self._checkpoint("stage_window"),
+            *self._common("stage_window")])
 
     def start_ingest(self, until_source_end: bool) -> App:
         a = self.args
         return self._app("stage_ingest", [
             sys.executable, "-m", "spark_jobs.stage_ingest", "--source-topic", self.source, "--topic", self.events,
             "--key", "user", "--event-time", "event_time", "--carry", "amount",
-            "--allowed-lateness", a.allowed_lateness, "--trigger-interval", a.watermark_interval,
+            "--allowed-lateness", a.allowed_lateness, "--trigger-interval", spark_interval(a.watermark_interval),
             "--checkpoint", self._checkpoint("stage_ingest"), "--partitions", str(a.partitions),
             *(["--until-source-end"] if until_source_end else []), *self._common("stage_ingest")])
 
@@ -209,6 +226,19 @@ class Connector(Queries):
             return None
         totals = re.findall(rb"dropped by the watermark \(total (\d+)\)", window.log_path.read_bytes())
         return int(totals[-1]) if totals else 0
+
+    def drained(self, events: int) -> bool:
+        """True once stream-window has logged a micro-batch done after the one that brought the rows it read
+        to ``events``: that later batch ran on the watermark of all of them."""
+        window = next((app for app in self.apps if app.name == "connector stream-window"), None)
+        if window is None:
+            return False
+        read = 0
+        for rows in re.findall(rb"batch \d+ done: (\d+) rows read", window.log_path.read_bytes()):
+            if read >= events:
+                return True
+            read += int(rows)
+        return False
 
     def _connector(self, job: str, argv: list[str]) -> App:
         a = self.args
@@ -243,16 +273,13 @@ ENGINE_CLASSES: dict[str, type[Runtime]] = {"runtime": Runtime, "stages": Stages
 
 
 def unavailable(engine: str, args: argparse.Namespace) -> str | None:
-    """Why ``engine`` cannot run here (None: it can). Sets what the engine needs on ``args``: for stages,
-    whether stage_window takes ``--trigger-interval``; for the connector, its resolved jar files."""
+    """Why ``engine`` cannot run here (None: it can). For the connector, resolves its jar files once and
+    sets ``args.connector_jars``."""
     if engine == "stages":
         missing = [m for m in ("spark_jobs.stage_ingest", "spark_jobs.stage_window")
                    if importlib.util.find_spec(m) is None]
         if missing:
             return f"{' and '.join(missing)} not in this checkout"
-        build_parser: Callable[[], argparse.ArgumentParser] | None = getattr(
-            importlib.import_module("spark_jobs.stage_window"), "build_parser", None)
-        args.stage_window_trigger = build_parser is not None and "--trigger-interval" in build_parser().format_help()
     if engine == "connector" and not args.connector_jars:
         print("resolving Spark's Kafka connector (connector_jobs.py jars) ...", flush=True)
         try:
@@ -464,8 +491,7 @@ class BoundedResult:
 def phase_throughput(chain: Runtime) -> BoundedResult:
     """Run ``chain`` over a prefilled backlog; see the module docstring. Ends when every closed window's
     result is there (the connector), or at the windows topic's end of stream (runtime and stages), or when
-    nothing has moved for ``--settle`` seconds after the events topic held every event (no new result, no
-    application log line), or at the timeouts."""
+    no further result can come (:meth:`Runtime.drained`), or at the timeouts."""
     a = chain.args
     window_ms = parse_duration(a.window)
     disorder_ms = parse_duration(a.disorder)
@@ -488,7 +514,6 @@ def phase_throughput(chain: Runtime) -> BoundedResult:
     try:
         chain.start_bounded()
         deadline = time.monotonic() + a.startup_timeout + a.throughput_timeout
-        moved, moved_at = (-1, -1), time.monotonic()
         while time.monotonic() < deadline:
             for app in chain.apps:
                 if app.poll() not in (None, 0):
@@ -506,12 +531,10 @@ def phase_throughput(chain: Runtime) -> BoundedResult:
             if windows_obs.ended_at is not None:
                 ended = "ended by itself (windows topic's end of stream)"
                 break
-            now = (windows_obs.result_records, sum(app.log_path.stat().st_size for app in chain.apps))
-            if now != moved or events_obs.data < count:
-                moved, moved_at = now, time.monotonic()
-            elif time.monotonic() - moved_at > a.settle:
-                ended = (f"stopped: nothing moved for {a.settle:g} s with every event on the events topic and "
-                         f"closed windows' results missing")
+            if chain.drained(count):
+                time.sleep(1)  # its last results' way to the observer
+                ended = ("stopped: the window query had read every event and run a micro-batch after it, and "
+                         "closed windows' results were missing (dropped as late: they never come)")
                 break
             time.sleep(0.1)
         if windows_obs.ended_at is not None:
@@ -600,9 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--connector-jars", help="the connector's jar files, comma-separated (default: resolved once)")
     p.add_argument("--startup-timeout", type=float, default=300.0, help="seconds for a chain to start")
     p.add_argument("--throughput-timeout", type=float, default=300.0, help="seconds for a bounded chain to finish")
-    p.add_argument("--settle", type=float, default=30.0,
-                   help="end a bounded run whose closed windows are incomplete after nothing moved this long")
-    p.set_defaults(speedup=1.0, stage_window_trigger=False)  # event time = wall clock (bench_streaming's Chain)
+    p.set_defaults(speedup=1.0)  # event time = wall clock (bench_streaming's Chain)
     return p
 
 

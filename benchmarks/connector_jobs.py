@@ -140,7 +140,7 @@ def batch(spark: SparkSession, args: argparse.Namespace) -> None:
     write_table(out.orderBy("key", "window_start"), args.output)
 
 
-def _interval(text: str) -> str:
+def spark_interval(text: str) -> str:
     """A duration of ``spark_jobs.events.parse_duration`` as a Spark interval string."""
     from spark_jobs.events import parse_duration
 
@@ -160,7 +160,7 @@ def _run_stream(df: DataFrame, args: argparse.Namespace, topic: str) -> None:
               .writeStream.format("kafka").option("kafka.bootstrap.servers", args.bootstrap_servers)
               .option("topic", topic).option("checkpointLocation", args.checkpoint).outputMode("append"))
     if args.trigger_interval:
-        writer = writer.trigger(processingTime=_interval(args.trigger_interval))
+        writer = writer.trigger(processingTime=spark_interval(args.trigger_interval))
     query = writer.start()
     print(f"connector {args.stage}: query started ({query.id})", flush=True)
     done, dropped = -1, 0
@@ -202,8 +202,8 @@ def stream_window(spark: SparkSession, args: argparse.Namespace) -> None:
            .option("subscribe", args.input_topic).option("startingOffsets", "earliest").load())
     events = (raw.select(F.from_json(F.col("value").cast("string"), args.schema).alias("r")).select("r.*")
               .withColumn("ts", F.timestamp_millis(F.col("event_ms")))
-              .withWatermark("ts", _interval(args.allowed_lateness)))
-    windows = events.groupBy(F.window("ts", _interval(args.window)), "key").agg(
+              .withWatermark("ts", spark_interval(args.allowed_lateness)))
+    windows = events.groupBy(F.window("ts", spark_interval(args.window)), "key").agg(
         F.count(F.lit(1)).alias("count"), *[F.sum(c).alias(f"sum_{c}") for c in args.sum])
     out = windows.select("key", F.unix_millis(F.col("window.start")).alias("window_start"),
                          F.unix_millis(F.col("window.end")).alias("window_end"), "count",
