@@ -539,6 +539,9 @@ def phase_throughput(chain: Runtime) -> BoundedResult:
             time.sleep(0.1)
         if windows_obs.ended_at is not None:
             chain.wait_apps(30)
+            for app in chain.apps:  # an application that failed after the end of stream fails the run
+                if app.poll() not in (None, 0):
+                    app.check_running()
     finally:
         chain.stop(events_obs, windows_obs)
     first = events_obs.first_data
@@ -703,7 +706,8 @@ def print_table(runs: list[EngineRun], a: argparse.Namespace, phases: list[str],
             ref = span(base.bounded) if base is not None and base.bounded is not None else None
             if ref:
                 text += f" {ref / s:.2f}x"
-            return text
+            missing = r.bounded.expected - r.bounded.results_seen
+            return text + (f", {missing:,} results missing" if missing else "")
         return cell
 
     row("engine", lambda r: r.engine)
