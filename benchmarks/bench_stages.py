@@ -219,22 +219,23 @@ class Connector(Queries):
     ends: ClassVar[bool] = False
     ready_line: ClassVar[str] = "batch 0 done"  # its first micro-batch ran: as the runtime's first commit
 
+    def _window_log(self) -> bytes | None:
+        window = next((app for app in self.apps if app.name == "connector stream-window"), None)
+        return None if window is None else window.log_path.read_bytes()
+
     def late_records(self) -> int | None:
         """The rows stream-window's state operator dropped as older than Spark's watermark (its log)."""
-        window = next((app for app in self.apps if app.name == "connector stream-window"), None)
-        if window is None:
+        log = self._window_log()
+        if log is None:
             return None
-        totals = re.findall(rb"dropped by the watermark \(total (\d+)\)", window.log_path.read_bytes())
+        totals = re.findall(rb"dropped by the watermark \(total (\d+)\)", log)
         return int(totals[-1]) if totals else 0
 
     def drained(self, events: int) -> bool:
         """True once stream-window has logged a micro-batch done after the one that brought the rows it read
         to ``events``: that later batch ran on the watermark of all of them."""
-        window = next((app for app in self.apps if app.name == "connector stream-window"), None)
-        if window is None:
-            return False
         read = 0
-        for rows in re.findall(rb"batch \d+ done: (\d+) rows read", window.log_path.read_bytes()):
+        for rows in re.findall(rb"batch \d+ done: (\d+) rows read", self._window_log() or b""):
             if read >= events:
                 return True
             read += int(rows)
@@ -300,17 +301,17 @@ def unavailable(engine: str, args: argparse.Namespace) -> str | None:
 
 
 def expected_results(cfg: GeneratorConfig, clock0_ms: int, count: int, window_ms: int,
-                     closed_before_ms: int) -> tuple[dict[Pair, int], int]:
+                     closed_before_ms: int) -> dict[Pair, int]:
     """The (key, window end) -> count of the first ``count`` events the generator writes with ``cfg`` and
     its clock at ``clock0_ms``, for the windows the data closes: end <= the largest event time -
-    ``closed_before_ms``. Also returns the largest event time."""
+    ``closed_before_ms``."""
     counts: dict[Pair, int] = {}
     top = -(2**63)
     for user, ms, _ in itertools.islice(events(cfg, clock0_ms), count):
         pair = (user, ms - ms % window_ms + window_ms)
         counts[pair] = counts.get(pair, 0) + 1
         top = max(top, ms)
-    return {p: c for p, c in counts.items() if p[1] <= top - closed_before_ms}, top
+    return {p: c for p, c in counts.items() if p[1] <= top - closed_before_ms}
 
 
 def write_times(config: dict[str, str], topic: str, partitions: int, count: int) -> list[float]:
@@ -400,7 +401,7 @@ def phase_latency(chain: Runtime) -> LiveResult:
             raise RuntimeError(f"generator failed ({gen.returncode}): {err.decode(errors='replace')[-2000:]}")
         generated = sum(orjson.loads(out.splitlines()[-1])["endOffsets"].values())
         cfg = GeneratorConfig(rate=a.rate, keys=a.keys, disorder_ms=disorder_ms, seed=a.seed)
-        expected, _ = expected_results(cfg, clock0_ms, generated, window_ms, lateness_ms + disorder_ms)
+        expected = expected_results(cfg, clock0_ms, generated, window_ms, lateness_ms + disorder_ms)
         grace = gen_ended + a.grace
         while time.monotonic() < grace:
             for app in chain.apps:
@@ -502,7 +503,7 @@ def phase_throughput(chain: Runtime) -> BoundedResult:
     assert cfg.start_ms is not None
     t = time.monotonic()
     count = sum(generate(chain.config, chain.source, cfg).values())
-    expected, _ = expected_results(cfg, cfg.start_ms, count, window_ms,
+    expected = expected_results(cfg, cfg.start_ms, count, window_ms,
                                    parse_duration(a.allowed_lateness) + disorder_ms)
     print(f"  prefilled {count:,} events in {time.monotonic() - t:.1f} s (not timed); they close {len(expected):,} "
           "(key, window) results; starting the chain", flush=True)
