@@ -166,12 +166,14 @@ def _run_stream(df: DataFrame, args: argparse.Namespace, topic: str) -> None:
     done, dropped = -1, 0
     while not query.awaitTermination(1):
         for progress in query.recentProgress:
-            if progress.batchId > done:
+            # Executed micro-batches only: an idle trigger reports a progress too, with the next batch's id.
+            if progress.batchId > done and "addBatch" in progress.durationMs:
                 done = progress.batchId
                 late = sum(op.numRowsDroppedByWatermark for op in progress.stateOperators)
                 dropped += late
+                phases = ", ".join(f"{k} {v}" for k, v in progress.durationMs.items() if k != "triggerExecution")
                 print(f"connector {args.stage}: batch {done} done: {progress.numInputRows} rows read, {late} dropped "
-                      f"by the watermark (total {dropped}), {progress.batchDuration} ms", flush=True)
+                      f"by the watermark (total {dropped}), {progress.batchDuration} ms ({phases})", flush=True)
         if args.parent_pid is not None and os.getppid() != args.parent_pid:
             print(f"connector {args.stage}: parent {args.parent_pid} gone, stopping", flush=True)
             query.stop()
