@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -67,7 +68,8 @@ def await_queries(queries: Sequence[StreamingQuery], log: logging.Logger) -> Non
                 if failure is not None:
                     for other in running:
                         other.stop()
-                        other.awaitTermination()
+                        with contextlib.suppress(StreamingQueryException):  # it may have failed too
+                            other.awaitTermination()
                     raise RuntimeError(f"query {query.name or query.id} failed: {failure}")
                 log.info("query %s ended", query.name or query.id)
 
