@@ -34,7 +34,8 @@ The applications' logs stay in a temporary directory, printed at the start.
 all partitions; a ``common.PlainReader`` for the connector), then the chain, unbounded; once it takes
 input (runtime: every ingest task has committed and stream_window launched its tasks; stages: both
 applications logged ``query started``; connector: both ran their first micro-batch), ``python -m
-spark_jobs.generate`` writes for ``--live-seconds``
+spark_jobs.generate`` writes, once ``--warm-events`` events of two minutes back have gone through and
+given a result (Python workers started, code generated, first micro-batches run), for ``--live-seconds``
 at ``--rate`` events/s with event time = the wall clock (its clock starts at ``--start`` = now), events out
 of order by up to ``--disorder``. For each window end E the reference moment ref(E) is when the generator
 *wrote* its first event whose event clock is at or past E (the records' CreateTime, read back from the
@@ -314,10 +315,11 @@ def expected_results(cfg: GeneratorConfig, clock0_ms: int, count: int, window_ms
     return {p: c for p, c in counts.items() if p[1] <= top - closed_before_ms}
 
 
-def write_times(config: dict[str, str], topic: str, partitions: int, count: int) -> list[float]:
-    """Per generated event (by the index in its ``id``, ``<seed>-<i>``), the wall-clock second it was
-    written: its record's CreateTime. Reads the source topic to its end (``count`` records); NaN for any
-    not found within 60 s."""
+def write_times(config: dict[str, str], topic: str, partitions: int, seed: int, count: int) -> list[float]:
+    """Per event the generator wrote with ``seed`` (by the index in its ``id``, ``<seed>-<i>``), the
+    wall-clock second it was written: its record's CreateTime. Reads the source topic until it has seen
+    ``count`` of them; NaN for any not found within 60 s."""
+    prefix = f"{seed}-"
     times = [math.nan] * count
     consumer = Consumer({"group.id": f"controlmsg-bench-stages-{os.getpid()}", "enable.auto.commit": False,
                          "auto.offset.reset": "earliest", **for_client(config, "consumer")})
@@ -329,7 +331,8 @@ def write_times(config: dict[str, str], topic: str, partitions: int, count: int)
             for msg in consumer.consume(10_000, 1.0):
                 if msg.error() is not None:
                     continue
-                i = int(orjson.loads(msg.value() or b"{}")["id"].rpartition("-")[2])
+                ident = str(orjson.loads(msg.value() or b"{}").get("id", ""))
+                i = int(ident[len(prefix):]) if ident.startswith(prefix) else -1
                 if 0 <= i < count:
                     times[i] = msg.timestamp()[1] / 1000
                     seen += 1
@@ -355,6 +358,7 @@ def _stop_process(proc: subprocess.Popen[bytes]) -> None:
 @dataclass
 class LiveResult:
     ready_s: float  # launch -> the chain takes input
+    warm_s: float  # the warm-up events written -> their first result
     generated: int
     gen_seconds: float  # the generator process, start-up and exit included
     start_offset_s: float  # the generator's first write after the moment its clock starts
@@ -370,6 +374,26 @@ class LiveResult:
     incomplete: int = 0  # measured windows with an expected result missing
     missing_pairs: int = 0
     late: int | None = None  # records the window application dropped as late, as it says (None: it does not)
+
+
+def warm_up(chain: Runtime, windows_obs: Observer) -> float:
+    """Write ``--warm-events`` events (event time two minutes back, spaced as the live ones, another seed)
+    to the source topic and wait until the windows topic has a result: both hops have run on data once
+    (Python workers, code generation, the first micro-batches). Returns how long that took; raises if the
+    chain gives no result within ``--startup-timeout``."""
+    a = chain.args
+    fill_rate = 1_000_000.0
+    generate(chain.config, chain.source, GeneratorConfig(
+        events=a.warm_events, rate=fill_rate, speedup=fill_rate / a.rate, keys=a.keys,
+        disorder_ms=parse_duration(a.disorder), seed=a.seed + 1, start_ms=int(time.time() * 1000) - 120_000))
+    written = time.monotonic()
+    while windows_obs.result_records == 0:
+        for app in chain.apps:
+            app.check_running()
+        if time.monotonic() > written + a.startup_timeout:
+            raise RuntimeError(f"no window result within {a.startup_timeout:g} s of {a.warm_events:,} warm-up events")
+        time.sleep(0.1)
+    return time.monotonic() - written
 
 
 def phase_latency(chain: Runtime) -> LiveResult:
@@ -389,7 +413,9 @@ def phase_latency(chain: Runtime) -> LiveResult:
         t_start = time.monotonic()
         chain.start_live()
         ready_s = time.monotonic() - t_start
-        print(f"  chain running {ready_s:.1f} s after launch; generating for {a.live_seconds:g} s", flush=True)
+        warm_s = warm_up(chain, windows_obs)
+        print(f"  chain running {ready_s:.1f} s after launch, its first result {warm_s:.1f} s after the warm-up "
+              f"events were written; generating for {a.live_seconds:g} s", flush=True)
         start = datetime.fromtimestamp(time.time(), UTC).isoformat()
         clock0_ms = int(datetime.fromisoformat(start).timestamp() * 1000)  # as the generator parses --start
         gen_started = time.monotonic()
@@ -399,7 +425,8 @@ def phase_latency(chain: Runtime) -> LiveResult:
         gen_ended = time.monotonic()
         if gen.returncode != 0:
             raise RuntimeError(f"generator failed ({gen.returncode}): {err.decode(errors='replace')[-2000:]}")
-        generated = sum(orjson.loads(out.splitlines()[-1])["endOffsets"].values())
+        # The generator prints the topic's end offsets: the warm-up events are in them.
+        generated = sum(orjson.loads(out.splitlines()[-1])["endOffsets"].values()) - a.warm_events
         cfg = GeneratorConfig(rate=a.rate, keys=a.keys, disorder_ms=disorder_ms, seed=a.seed)
         expected = expected_results(cfg, clock0_ms, generated, window_ms, lateness_ms + disorder_ms)
         grace = gen_ended + a.grace
@@ -415,8 +442,8 @@ def phase_latency(chain: Runtime) -> LiveResult:
             _stop_process(gen)
         chain.stop(events_obs, windows_obs)
 
-    written = write_times(chain.config, chain.source, a.partitions, generated)
-    result = LiveResult(ready_s=ready_s, generated=generated, gen_seconds=gen_ended - gen_started,
+    written = write_times(chain.config, chain.source, a.partitions, a.seed, generated)
+    result = LiveResult(ready_s=ready_s, warm_s=warm_s, generated=generated, gen_seconds=gen_ended - gen_started,
                         late=chain.late_records(),
                         start_offset_s=written[0] - clock0_ms / 1000,
                         end_lag_s=written[-1] - (clock0_ms + int((generated - 1) / a.rate * 1000)) / 1000)
@@ -620,6 +647,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=2000.0, help="live generator rate, events/s; the prefilled "
                    "backlog's event time is spaced the same way")
     p.add_argument("--live-seconds", type=float, default=40.0, help="how long the generator writes (latency)")
+    p.add_argument("--warm-events", type=int, default=4000,
+                   help="events written before the live generator, from two minutes back: the chain has produced a "
+                        "result before the measured generation starts")
     p.add_argument("--warmup", type=float, default=10.0, help="seconds of generation whose windows are left out")
     p.add_argument("--grace", type=float, default=20.0,
                    help="after the generator stops, wait at most this long for the closed windows' results")
@@ -713,6 +743,8 @@ def print_table(runs: list[EngineRun], a: argparse.Namespace, phases: list[str],
 
     row("engine", lambda r: r.engine)
     if "latency" in phases:
+        row("live: launch -> takes input / warm-up's 1st result", lambda r: failed(r, True) or (
+            "-" if r.live is None else f"{r.live.ready_s:.1f} s / {r.live.warm_s:.1f} s"))
         row("live: generator's rate achieved", lambda r: failed(r, True) or (
             "-" if r.live is None else f"{r.live.generated / a.live_seconds:,.0f} ev/s"))
         row("live: windows measured / with no result / incomplete", lambda r: failed(r, True) or (
