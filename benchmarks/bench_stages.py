@@ -651,7 +651,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="events written before the live generator, from two minutes back: the chain has produced a "
                         "result before the measured generation starts")
     p.add_argument("--warmup", type=float, default=10.0, help="seconds of generation whose windows are left out")
-    p.add_argument("--grace", type=float, default=20.0,
+    p.add_argument("--grace", type=float, default=60.0,
                    help="after the generator stops, wait at most this long for the closed windows' results")
     add_chain_options(p)
     p.add_argument("--connector-jars", help="the connector's jar files, comma-separated (default: resolved once)")
