@@ -78,7 +78,7 @@ late are printed (runtime and stages: the data records of ``<windows>-late``; th
 Spark's watermark dropped, from its window job's log).
 
 The table at the end has each figure per engine and its ratio to the runtime's, and the load average at
-the start and the end. At the defaults the three engines take about 8-10 minutes on 2 cores.
+the start and the end. At the defaults the three engines took about 12 minutes on 2 cores (a busy machine).
 """
 
 from __future__ import annotations
@@ -621,7 +621,10 @@ def run_phase(run: EngineRun, phase: str, chain: Runtime) -> None:
             run.bounded = phase_throughput(chain)
             print_throughput(run.bounded)
     except Exception as exc:
-        message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        # The first line, and the application's own last word on it where its log tail is in the text.
+        cause = next((x for x in reversed(lines[1:]) if "Error" in x and not x.startswith("at ")), None)
+        message = f"{type(exc).__name__}: {lines[0] if lines else ''}" + (f" ... {cause}" if cause else "")
         print(f"  FAILED: {exc}", flush=True)
         traceback.print_exc(limit=3)
         for app in chain.apps:
