@@ -1,9 +1,8 @@
 """Spark's own event-time operators on the reconciled watermark: :func:`with_watermark`.
 
 A streaming DataFrame read with ``format("controlmsg")`` and a schema that declares
-:data:`WATERMARK_COLUMNS` (``_watermark timestamp, _partition_watermark timestamp, _control boolean``)
-carries the topic's reconciled watermark in two ways: every record's ``_watermark`` (the watermark in force
-when it was read; ``_partition_watermark`` is its own partition's), and one
+:data:`WATERMARK_COLUMNS` (``_watermark timestamp, _control boolean``) carries the topic's reconciled
+watermark in two ways: every record's ``_watermark`` (the watermark in force when it was read), and one
 *watermark row* (``_control`` true, every other field null) after each micro-batch in which the watermark
 moved or the stream ended (``_watermark`` then is :data:`~controlmsg.spark.reading.END_OF_TIME_MS`).
 
@@ -17,12 +16,8 @@ guess (largest event time seen minus a delay). How, in Spark's terms (checked on
    node tracks ``max(_watermark)``: the reconciled watermark, which never goes back. Watermark rows reach
    the node, so a micro-batch of control messages alone moves Spark's watermark, and Spark's following
    no-data micro-batch closes the windows it allows.
-2. One filter above the node drops the watermark rows and the *late* rows: event time below the
-   watermark of their own partition where they were read (``_partition_watermark``; every upstream task,
-   their own included, had promised to be past them there), or below their ``_watermark`` if that is
-   higher. The partition's watermark at a record depends only on what the partition holds before it, not
-   on where Spark cut the micro-batches, so a second query over :func:`late_records` finds exactly the
-   rows this one drops (a ``_watermark`` alone would differ between two queries). The
+2. One filter above the node drops the watermark rows and the *late* rows (event time below the
+   ``_watermark`` they were read with: their own upstream task had already promised to be past them). The
    filter is made non-deterministic (``spark_partition_id() >= 0``, always true), and Spark's optimizer
    neither pushes a non-deterministic filter below the watermark node nor combines the user's later
    filters with it: nothing can drop a watermark row before the node counts it. This relies on Spark's
@@ -34,8 +29,7 @@ guess (largest event time seen minus a delay). How, in Spark's terms (checked on
 
 Why nothing is dropped by Spark: Spark's watermark in a micro-batch is the largest ``_watermark`` of the
 micro-batches before it, and the reader never gives a record a ``_watermark`` below the watermark at the
-start of its micro-batch (nor a ``_partition_watermark`` below the reconciled watermark, the minimum of
-the partitions' watermarks); a kept row's event time is at least its ``_watermark``, so it is at least Spark's
+start of its micro-batch; a kept row's event time is at least its ``_watermark``, so it is at least Spark's
 watermark, and Spark neither drops it nor finds its window already emitted. Late rows are counted in the
 query's progress (``observedMetrics[<metrics_name>]["late_rows"]``, with ``watermark_rows``) and can be
 written to a side output by a second query over :func:`late_records`.
@@ -55,12 +49,11 @@ if TYPE_CHECKING:
 
 __all__ = ["WATERMARK_COLUMNS", "late_records", "observed_counts", "with_watermark"]
 
-WATERMARK_COLUMNS: Final = "_watermark timestamp, _partition_watermark timestamp, _control boolean"
+WATERMARK_COLUMNS: Final = "_watermark timestamp, _control boolean"
 """The fields to add to a ``readStream.format("controlmsg")`` schema for :func:`with_watermark`."""
 
 _WATERMARK: Final = "_watermark"
 _CONTROL: Final = "_control"
-_PARTITION_WATERMARK: Final = "_partition_watermark"
 _TRACKED: Final = "_controlmsg_watermark"
 _DELAY_KEY: Final = "spark.watermarkDelayMs"  # Spark's EventTimeWatermark.delayKey
 
@@ -86,7 +79,7 @@ def with_watermark(df: DataFrame, event_time: str, *, metrics_name: str = "contr
     tracked = df.withColumn(_TRACKED, F.col(_WATERMARK)).withWatermark(_TRACKED, "0 seconds")
     mark = F.col(_TRACKED)
     control = F.coalesce(F.col(_CONTROL), F.lit(False))
-    late = ~control & _late(F.col(event_time), _behind(df, mark))
+    late = ~control & _late(F.col(event_time), mark)
     observed = tracked.observe(
         metrics_name,
         F.count(F.when(late, True)).alias("late_rows"),
@@ -102,15 +95,12 @@ def with_watermark(df: DataFrame, event_time: str, *, metrics_name: str = "contr
 
 
 def late_records(df: DataFrame, event_time: str) -> DataFrame:
-    """The rows of ``df`` that :func:`with_watermark` drops as late (event time below their partition's
-    watermark, see the module docstring), with ``_watermark``: start a second query over it to keep them (a
-    side output), e.g. to a Parquet directory or a dead-letter topic. Same arguments and checks as
-    :func:`with_watermark`. The two queries cut the topic into different micro-batches, so a record's
-    ``_watermark`` can differ between them; ``_partition_watermark`` cannot, so with it in the schema (as in
-    :data:`WATERMARK_COLUMNS`) every record is in exactly one of the two outputs."""
+    """The rows of ``df`` that :func:`with_watermark` drops as late (event time below their ``_watermark``),
+    with ``_watermark``: start a second query over it to keep them (a side output), e.g. to a Parquet
+    directory or a dead-letter topic. Same arguments and checks as :func:`with_watermark`."""
     _check(df, event_time)
     control = F.coalesce(F.col(_CONTROL), F.lit(False))
-    late = ~control & _late(F.col(event_time), _behind(df, F.col(_WATERMARK)))
+    late = ~control & _late(F.col(event_time), F.col(_WATERMARK))
     return df.where(F.coalesce(late, F.lit(False))).drop(_CONTROL)
 
 
@@ -128,16 +118,6 @@ def observed_counts(progress: Mapping[str, Any], metrics_name: str = "controlmsg
     if set(fields) == {"values", "schema"} and isinstance(schema, dict):  # the Connect client's shape
         fields = {f["name"]: v for f, v in zip(schema["fields"], fields["values"], strict=True)}
     return {name: int(value) for name, value in fields.items()}
-
-
-def _behind(df: DataFrame, mark: Column) -> Column:
-    """What a row's event time is compared with to call it late: its partition's own watermark when the
-    schema has ``_partition_watermark`` (the same for every query over the topic), or ``mark``
-    (``_watermark``) when that is higher (an idle upstream task that came back lowers a partition's
-    watermark; ``_watermark`` never goes back)."""
-    if _PARTITION_WATERMARK in df.columns:
-        return F.greatest(mark, F.col(_PARTITION_WATERMARK))
-    return mark
 
 
 def _late(ts: Column, mark: Column) -> Column:

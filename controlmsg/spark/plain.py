@@ -49,8 +49,9 @@ from controlmsg.kafka.settings import worker_logging
 from controlmsg.spark.options import ReadOptions
 from controlmsg.spark.progress import Progress
 from controlmsg.spark.reading import (
+    _META_CONTROL,
+    _META_WATERMARK,
     _POLL_S,
-    _WATERMARK_FIELDS,
     _builder,
     _check_dead_letters,
     _consumer_conf,
@@ -78,7 +79,7 @@ class PlainRanges(InputPartition):
 
 
 def _refuse_watermark(schema: StructType) -> None:
-    for name in _WATERMARK_FIELDS:
+    for name in (_META_WATERMARK, _META_CONTROL):
         if name in schema.fieldNames():
             raise ValueError(f"the field '{name}' is the watermark of an intermediate topic; a plain topic "
                              "(envelope none) carries none: declare the stage's event time with Spark's "

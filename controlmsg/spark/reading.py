@@ -30,10 +30,7 @@ that name (missing: null); ``_partition``, ``_offset`` and ``_key`` are the reco
 (``_key`` as string or binary); in a stream, ``_watermark`` (timestamp) is the reconciled watermark of
 the topic in force when the record was read: the watermark at the start of the micro-batch, advanced by
 the control messages read before the record on its own partition, and never above the watermark at the
-micro-batch's end; null until every upstream task has reported on every partition;
-``_partition_watermark`` (timestamp) is the watermark of the record's own partition there (the minimum over
-the upstream tasks on that partition alone), which depends only on what the partition holds before the
-record, so that every query over the topic finds the same records behind it. With a boolean
+micro-batch's end; null until every upstream task has reported on every partition. With a boolean
 ``_control`` too, a micro-batch in which the watermark moved or the stream ended also has one watermark
 row (``_control`` true, every other field null; see :mod:`controlmsg.spark.event_time`). JSON types map
 directly (an integer field takes JSON integers only: a fraction or ``true`` does not fit, where pyarrow
@@ -117,8 +114,6 @@ _META_OFFSET: Final = "_offset"
 _META_KEY: Final = "_key"
 _META_WATERMARK: Final = "_watermark"
 _META_CONTROL: Final = "_control"
-_META_PARTITION_WATERMARK: Final = "_partition_watermark"
-_WATERMARK_FIELDS: Final = (_META_WATERMARK, _META_PARTITION_WATERMARK, _META_CONTROL)
 # consume() waits for a whole batch or this: short polls keep a small stream moving, and a read of a few
 # records ends when they are read, not a poll later (a batch read of 200 partitions, one task each, paid
 # 0.1 s per task at 0.1). A full batch returns at once, so a large read is not slowed.
@@ -131,12 +126,10 @@ _MIN_TASKS: Final = 8
 """Reading tasks by default at least (or one per partition), whatever the size: a batch read planned
 before its upstream wrote sees empty partitions, and its tasks should still share the work when it comes."""
 
-Mark = tuple["int | None", "int | None"]
-"""A record's ``_watermark`` and ``_partition_watermark`` in epoch ms (``None``: undefined)."""
 Built = tuple[pa.RecordBatch, "list[tuple[DataRecord, str]]"]
 """A batch, and the bad records set aside while building it (with their reasons, in reading order)."""
-Builder = Callable[[DataColumns, str, "list[Mark] | None"], Built]
-"""Builds a batch from records (parallel lists, no object per record) and their watermark values."""
+Builder = Callable[[DataColumns, str, "list[int | None] | None"], Built]
+"""Builds a batch from records (parallel lists, no object per record) and their ``_watermark`` values."""
 
 
 class EndOfStreamTimeout(ControlMsgError):
@@ -192,7 +185,7 @@ def _builder(schema: StructType, opts: ReadOptions) -> tuple[Builder, bool]:
     policy = _Policy(opts.mode, corrupt, binary)
     if raw:
         return _raw_builder(arrow_schema, policy), False
-    return _json_builder(arrow_schema, policy), any(name in names for name in _WATERMARK_FIELDS)
+    return _json_builder(arrow_schema, policy), _META_WATERMARK in names
 
 
 # ---------------------------------------------------------------------------------------------- batch
@@ -202,7 +195,7 @@ class BatchReader(DataSourceReader):
     """``spark.read.format("controlmsg")``: see the module docstring."""
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
-        for name in _WATERMARK_FIELDS:
+        for name in (_META_WATERMARK, _META_CONTROL):
             if name in schema.fieldNames():
                 raise ValueError(f"the field '{name}' is filled by readStream only; a batch read ends at end of "
                                  "stream, where every window can close")
@@ -570,19 +563,19 @@ def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Ite
     end = {p: stop for p, _, stop in part.ranges}
     open_parts = {p for p, start, stop in part.ranges if start != stop}
     trackers: dict[int, InputTracker] = {}
-    marks: dict[int, Mark] = {}
+    marks: dict[int, int | None] = {}
     if with_watermark:
         for p in open_parts:
             trackers[p] = InputTracker.restore(part.bookkeeping, opts.run_id)
             trackers[p].topic = topic
-            marks[p] = _marks(trackers[p], p, part.end_watermark)
+            marks[p] = _capped(trackers[p].emitted_watermark, part.end_watermark)
     conf = _consumer_conf(opts, eof=False)
     consumer = Consumer(conf)
     consumer.assign([TopicPartition(topic, p, start) for p, start, stop in part.ranges if start != stop])
     wait_s = opts.timeout if opts.timeout is not None else 120.0
     last_record = time.monotonic()
     pending = DataColumns()
-    pending_marks: list[Mark] | None = [] if with_watermark else None
+    pending_marks: list[int | None] | None = [] if with_watermark else None
     aside = _SetAside(opts, Progress(f"reader {topic} partitions {sorted(end)}"))
     try:
         while open_parts:
@@ -626,7 +619,7 @@ def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Ite
                     decoded = decode(value)
                     assert not isinstance(decoded, bytes)
                     trackers[p].on_control(p, decoded, off)
-                    marks[p] = _marks(trackers[p], p, part.end_watermark)
+                    marks[p] = _capped(trackers[p].emitted_watermark, part.end_watermark)
             if len(pending) >= opts.batch_rows:
                 batch = aside.take(build(pending, topic, pending_marks))
                 if batch is not None:
@@ -667,16 +660,6 @@ def _tick_batch(schema: StructType, watermark: int) -> pa.RecordBatch:
         else:
             arrays.append(pa.nulls(1, field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
-
-
-def _marks(tracker: InputTracker, partition: int, cap: int | None) -> Mark:
-    """A record's marks on ``partition`` now: the reconciled watermark in force (``_watermark``: the
-    tracker's, capped at the micro-batch's end) and the partition's own watermark (``_partition_watermark``:
-    the minimum over the upstream tasks on this partition alone; the end of time once all ended there).
-    The second depends only on what the partition holds before the record, not on where micro-batches
-    begin, so every query that reads the topic finds the same records behind it."""
-    own = tracker.status(partition).watermark
-    return _capped(tracker.emitted_watermark, cap), None if own is None else min(own, END_OF_TIME_MS)
 
 
 def _capped(mark: int | None, cap: int | None) -> int | None:
@@ -818,7 +801,7 @@ class _Policy:
     corrupt_binary: bool
 
 
-Columns = Callable[[DataColumns, str, "list[Mark] | None", dict[int, str]], "list[pa.Array | None]"]
+Columns = Callable[[DataColumns, str, "list[int | None] | None", dict[int, str]], "list[pa.Array | None]"]
 """Builds a batch's columns from its records (and ``_watermark`` values), entering each bad record's index
 and reason in the dict; ``None`` stands for the corrupt-record column, which the builder fills."""
 
@@ -832,7 +815,7 @@ def _settling(schema: pa.Schema, policy: _Policy, columns: Columns) -> Builder:
     bad record in the corrupt-record column. The records set aside (all but FAILFAST) are returned with
     their reasons, in reading order."""
 
-    def build(records: DataColumns, topic: str, marks: list[Mark] | None) -> Built:
+    def build(records: DataColumns, topic: str, marks: list[int | None] | None) -> Built:
         bad: dict[int, str] = {}
         arrays = columns(records, topic, marks, bad)
         if bad:
@@ -903,7 +886,7 @@ def _raw_builder(schema: pa.Schema, policy: _Policy) -> Builder:
     key_type = schema.field("key").type
     value_type = schema.field("value").type
 
-    def columns(records: DataColumns, _topic: str, _marks: list[Mark] | None,
+    def columns(records: DataColumns, _topic: str, _marks: list[int | None] | None,
                 bad: dict[int, str]) -> list[pa.Array | None]:
         if pa.types.is_binary(key_type):
             keys = pa.array(records.keys, pa.binary())
@@ -939,7 +922,7 @@ def _json_builder(schema: pa.Schema, policy: _Policy) -> Builder:
     escape_keys = policy.mode is BadRecordMode.PERMISSIVE
     get = dict.get
 
-    def columns(records: DataColumns, topic: str, marks: list[Mark] | None,
+    def columns(records: DataColumns, topic: str, marks: list[int | None] | None,
                 bad: dict[int, str]) -> list[pa.Array | None]:
         payloads = records.payloads
         try:
@@ -976,10 +959,8 @@ def _json_builder(schema: pa.Schema, policy: _Policy) -> Builder:
                         continue
                     texts = texts.to_pylist()
                 values = texts
-            elif name in (_META_WATERMARK, _META_PARTITION_WATERMARK) and marks is not None:
-                which = 0 if name == _META_WATERMARK else 1
-                arrays.append(pa.array([m[which] for m in marks], pa.int64()).cast(pa.timestamp("ms", tz="UTC"))
-                              .cast(field.type))
+            elif name == _META_WATERMARK and marks is not None:
+                arrays.append(pa.array(marks, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(field.type))
                 continue
             elif name == _META_CONTROL:
                 arrays.append(pa.repeat(False, len(records)))
