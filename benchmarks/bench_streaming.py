@@ -105,7 +105,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
-from common import Cluster, add_cluster_options, kafka_cluster, load_average
+from common import Cluster, PlainReader, add_cluster_options, kafka_cluster, load_average
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
@@ -202,14 +202,17 @@ class Observer(threading.Thread):
     """Reads one envelope topic (all partitions, ``read_committed``, one run) and stamps what it sees."""
 
     def __init__(self, name: str, config: dict[str, Any], topic: str, run_id: str, *, results: bool,
-                 poll_s: float, batch_size: int, groups: list[list[int]] | None = None) -> None:
+                 poll_s: float, batch_size: int, groups: list[list[int]] | None = None,
+                 reader: ControlReader | PlainReader | None = None) -> None:
+        """``reader``: what to read with instead of a ``ControlReader`` of ``topic`` (``groups`` need a
+        ``ControlReader``); results are JSON objects with ``key``, ``window_end`` and ``count``."""
         super().__init__(name=name, daemon=True)
         # Partition groups (those of stream_window's tasks) whose own watermark, the minimum over the group's
         # partitions only, is stamped too: it is what each window task closes its windows on.
         self.groups = groups or []
         self.group_at: list[list[float]] = [[] for _ in self.groups]
         self.group_ts: list[list[int]] = [[] for _ in self.groups]
-        self.reader = ControlReader(config, topic, run_id=run_id, batch_size=batch_size)
+        self.reader = reader or ControlReader(config, topic, run_id=run_id, batch_size=batch_size)
         self.results = results
         self.poll_s = poll_s
         self.batch_size = batch_size
@@ -220,6 +223,8 @@ class Observer(threading.Thread):
         self.last_data: float | None = None
         self.ended_at: float | None = None
         self.result_seen: dict[int, float] = {}  # window end -> first result record seen
+        self.result_pairs: dict[tuple[str, int], float] = {}  # (key, window end) -> its first result seen
+        self.result_counts: dict[tuple[str, int], int] = {}  # (key, window end) -> the sum of its results' counts
         self.result_records = 0
         self.counted = 0  # sum of the results' counts
         self.polls = 0
@@ -261,8 +266,13 @@ class Observer(threading.Thread):
                 if self.results:
                     value = decode_json_payload(item.payload)
                     self.result_records += 1
-                    self.counted += int(value["count"])
-                    self.result_seen.setdefault(int(value["window_end"]), now)
+                    count = int(value["count"])
+                    self.counted += count
+                    end = int(value["window_end"])
+                    pair = (str(value["key"]), end)
+                    self.result_seen.setdefault(end, now)
+                    self.result_pairs.setdefault(pair, now)
+                    self.result_counts[pair] = self.result_counts.get(pair, 0) + count
             elif isinstance(item, WatermarkAdvanced):
                 self.wm_at.append(now)
                 self.wm_ts.append(item.timestamp)
@@ -272,6 +282,7 @@ class Observer(threading.Thread):
             self._stamp_groups(now)
 
     def _stamp_groups(self, now: float) -> None:
+        assert isinstance(self.reader, ControlReader)
         tracker = self.reader.tracker
         for i, group in enumerate(self.groups):
             marks = [tracker.status(p).watermark for p in group]
@@ -369,6 +380,40 @@ class Chain:
         self.apps.append(app)
         return app
 
+    def start_live(self) -> None:
+        """Start both applications, unbounded, and return once they take input: every ingest task has
+        committed its first transaction and stream_window's driver has launched its tasks."""
+        a = self.args
+        t_start = time.monotonic()
+        # Both at once (nothing is generated before both run, so the order does not matter here).
+        window_app = self.start_window()
+        ingest_app = self.start_ingest(until_source_end=False)
+        deadline = t_start + a.startup_timeout
+        while not self.ingest_tasks_committed():
+            window_app.check_running()
+            ingest_app.check_running()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"stream_ingest's tasks did not commit within {a.startup_timeout:g} s:\n"
+                                   f"{ingest_app.tail()}")
+            time.sleep(0.2)
+        window_app.wait_for_line("stream_window task ", max(1.0, deadline - time.monotonic()))
+
+    def start_bounded(self) -> App:
+        """Start stream_window, then, once its driver has launched its tasks, stream_ingest with
+        ``--until-source-end``; returns stream_ingest's app. Both end by themselves."""
+        window_app = self.start_window()
+        window_app.wait_for_line("stream_window task ", self.args.startup_timeout)
+        return self.start_ingest(until_source_end=True)
+
+    def generator_argv(self, start: str) -> list[str]:
+        """``python -m spark_jobs.generate`` writing live to the source topic for ``--live-seconds`` at
+        ``--rate``, its event clock starting at ``start`` (ISO-8601)."""
+        a = self.args
+        return [sys.executable, "-m", "spark_jobs.generate", "--topic", self.source,
+                "--kafka-config", str(self.cluster.properties), "--duration", str(a.live_seconds),
+                "--rate", str(a.rate), "--speedup", str(a.speedup), "--keys", str(a.keys), "--disorder", a.disorder,
+                "--seed", str(a.seed), "--start", start]
+
     def summary(self, job: str) -> dict[str, Any] | None:
         path = self.work / f"{self.run_id}-{job}.json"
         return orjson.loads(path.read_bytes()) if path.exists() else None
@@ -388,6 +433,18 @@ class Chain:
     def stop_apps(self) -> None:
         for app in self.apps:
             app.stop()
+
+    def wait_apps(self, timeout: float) -> None:
+        """Give each application up to ``timeout`` s to exit by itself (their summaries come at exit)."""
+        for app in self.apps:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                app.proc.wait(timeout)
+
+    def stop(self, *observers: Observer) -> None:
+        """Stop the applications, then halt ``observers`` (raises if one of them failed)."""
+        self.stop_apps()
+        for observer in observers:
+            observer.halt()
 
     def delete_topics(self) -> None:
         for name, future in self.admin.delete_topics(self.topics, operation_timeout=30).items():
@@ -434,28 +491,13 @@ def phase_latency(chain: Chain) -> LatencyResult:
     gen: subprocess.Popen[bytes] | None = None
     try:
         t_start = time.monotonic()
-        # Both at once (nothing is generated before both run, so the order does not matter here).
-        window_app = chain.start_window()
-        ingest_app = chain.start_ingest(until_source_end=False)
-        deadline = time.monotonic() + a.startup_timeout
-        while not chain.ingest_tasks_committed():
-            window_app.check_running()
-            ingest_app.check_running()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"stream_ingest's tasks did not commit within {a.startup_timeout:g} s:\n"
-                                   f"{ingest_app.tail()}")
-            time.sleep(0.2)
-        window_app.wait_for_line("stream_window task ", max(1.0, deadline - time.monotonic()))
+        chain.start_live()
         ready_s = time.monotonic() - t_start
         print(f"  both applications running {ready_s:.1f} s after launch; generating for {a.live_seconds:g} s",
               flush=True)
 
         clock0_ms = int(time.time() * 1000)  # the generator's event clock starts here (given as --start)
-        gen_argv = [sys.executable, "-m", "spark_jobs.generate", "--topic", chain.source,
-                    "--kafka-config", str(chain.cluster.properties), "--duration", str(a.live_seconds),
-                    "--rate", str(a.rate),
-                    "--speedup", str(a.speedup), "--keys", str(a.keys), "--disorder", a.disorder,
-                    "--seed", str(a.seed), "--start", datetime.fromtimestamp(clock0_ms / 1000, UTC).isoformat()]
+        gen_argv = chain.generator_argv(datetime.fromtimestamp(clock0_ms / 1000, UTC).isoformat())
         gen_started = time.monotonic()
         gen = subprocess.Popen(gen_argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                start_new_session=True)
@@ -487,9 +529,7 @@ def phase_latency(chain: Chain) -> LatencyResult:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(gen.pid, signal.SIGKILL)
             gen.wait(10)
-        chain.stop_apps()
-        events_obs.halt()
-        windows_obs.halt()
+        chain.stop(events_obs, windows_obs)
 
     # t0 per window end: the events watermark reaching it; t1: its first result on the windows topic.
     warmup_until = gen_started + a.warmup
@@ -598,9 +638,7 @@ def phase_throughput(chain: Chain) -> ThroughputResult:
     windows_obs.start()
     try:
         launched = time.monotonic()
-        window_app = chain.start_window()
-        window_app.wait_for_line("stream_window task ", a.startup_timeout)
-        ingest_app = chain.start_ingest(until_source_end=True)
+        ingest_app = chain.start_bounded()
         ingest_driver = ingest_app.wait_for_line("over source partitions", a.startup_timeout)
         deadline = time.monotonic() + a.startup_timeout + a.throughput_timeout
         cpu_at_first: float | None = None  # this process's CPU time when the first event record showed up
@@ -616,13 +654,9 @@ def phase_throughput(chain: Chain) -> ThroughputResult:
                 break
             time.sleep(0.05)
         cpu_measured = None if cpu_at_first is None else time.process_time() - cpu_at_first
-        for app in chain.apps:  # they end by themselves; their summaries come at exit
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                app.proc.wait(60)
+        chain.wait_apps(60)
     finally:
-        chain.stop_apps()
-        events_obs.halt()
-        windows_obs.halt()
+        chain.stop(events_obs, windows_obs)
     assert events_obs.first_data is not None and events_obs.ended_at is not None
     assert windows_obs.ended_at is not None
     window_summary = chain.summary("stream_window")
@@ -642,6 +676,23 @@ def phase_throughput(chain: Chain) -> ThroughputResult:
 # ---------------------------------------------------------------------------------------------- main
 
 
+def add_chain_options(p: argparse.ArgumentParser) -> None:
+    """The options a :class:`Chain` and its observers read (besides the phases' own), and the cluster's."""
+    p.add_argument("--prefill-events", type=int, default=300_000, help="backlog of the throughput phase")
+    p.add_argument("--keys", type=int, default=100, help="distinct users (skewed)")
+    p.add_argument("--disorder", default="500ms", help="events are out of order by up to this")
+    p.add_argument("--allowed-lateness", default="500ms",
+                   help="the watermark = the largest event time read minus this")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--master", default="local[2]", help="Spark master of each application")
+    p.add_argument("--partitions", type=int, default=4, help="partitions of every topic")
+    p.add_argument("--tasks", type=int, default=2, help="the runtime's long-running tasks per application")
+    p.add_argument("--observer-poll", type=float, default=0.01, help="observers' poll timeout, seconds")
+    p.add_argument("--observer-batch", type=int, default=20_000, help="observers' batch size")
+    p.add_argument("--keep-topics", action="store_true", help="do not delete the topics at the end")
+    add_cluster_options(p)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--phases", default="latency,throughput", help="which phases to run, comma-separated")
@@ -657,20 +708,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="seconds over which the watermark lag is taken, after the warm-up and before the end")
     p.add_argument("--grace", type=float, default=10.0,
                    help="after the generator stops, wait at most this long for the last results (phase A)")
-    p.add_argument("--prefill-events", type=int, default=300_000, help="backlog of phase B")
-    p.add_argument("--keys", type=int, default=100, help="distinct users (skewed)")
-    p.add_argument("--disorder", default="500ms", help="events are out of order by up to this")
-    p.add_argument("--allowed-lateness", default="500ms", help="ingest's watermark = event time read minus this")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--master", default="local[2]", help="Spark master of each application")
-    p.add_argument("--partitions", type=int, default=4, help="partitions of every topic")
-    p.add_argument("--tasks", type=int, default=2, help="long-running tasks per application")
-    p.add_argument("--observer-poll", type=float, default=0.01, help="observers' poll timeout, seconds")
-    p.add_argument("--observer-batch", type=int, default=20_000, help="observers' batch size")
+    add_chain_options(p)
     p.add_argument("--startup-timeout", type=float, default=180.0, help="seconds for an application to start")
     p.add_argument("--throughput-timeout", type=float, default=600.0, help="seconds for phase B's chain to end")
-    p.add_argument("--keep-topics", action="store_true", help="do not delete the topics at the end")
-    add_cluster_options(p)
     args = p.parse_args(argv)
     phases = [x.strip() for x in args.phases.split(",") if x.strip()]
     if not phases or any(x not in ("latency", "throughput") for x in phases):

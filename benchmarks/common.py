@@ -23,6 +23,8 @@ from controlmsg.testing.processes import free_ports
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from controlmsg.kafka import Item
+
 DAY_MS = 86_400_000
 EVENTS_START_MS = 1_764_547_200_000  # 2025-12-01T00:00:00Z, the first day of the synthetic events
 
@@ -79,6 +81,55 @@ def kafka_cluster(args: argparse.Namespace) -> Iterator[Cluster]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
+
+
+class PlainReader:
+    """Reads every partition of a topic of plain records (not controlmsg envelopes, e.g. what Spark's own
+    Kafka connector writes) from the beginning, ``read_committed``, with the surface of ``ControlReader``
+    that ``bench_streaming.Observer`` uses: :meth:`poll` gives each record as a ``DataRecord`` whose
+    payload is the record's value; there are no control messages, so never a watermark or an end of
+    stream. Raises ``ReadError`` when Kafka reports an error."""
+
+    def __init__(self, config: dict[str, str], topic: str, partitions: int, batch_size: int = 2000) -> None:
+        import uuid
+
+        from confluent_kafka import Consumer, TopicPartition
+
+        from controlmsg.kafka.settings import for_client
+
+        self.topic = topic
+        self.batch_size = batch_size
+        self._positions = dict.fromkeys(range(partitions), -2)  # -2: librdkafka's OFFSET_BEGINNING
+        self._consumer = Consumer({"group.id": f"controlmsg-bench-plain-{uuid.uuid4().hex}",
+                                   "enable.auto.commit": False, "isolation.level": "read_committed",
+                                   "auto.offset.reset": "earliest", "fetch.queue.backoff.ms": 10,
+                                   **for_client(config, "consumer")})
+        self._consumer.assign([TopicPartition(topic, p, o) for p, o in self._positions.items()])
+
+    @property
+    def positions(self) -> dict[int, int]:
+        """Next offset to read per partition (negative: from the beginning)."""
+        return dict(self._positions)
+
+    def poll(self, timeout: float = 1.0) -> list[Item]:
+        """Consume one batch, waiting up to ``timeout`` s for the first record; its records, in order."""
+        from controlmsg.errors import ReadError
+        from controlmsg.kafka import DataRecord
+
+        items: list[Item] = []
+        for msg in self._consumer.consume(self.batch_size, timeout):
+            if msg.error() is not None:
+                raise ReadError(f"reading {self.topic!r}: {msg.error()}")
+            partition, offset = msg.partition(), msg.offset()
+            assert partition is not None and offset is not None  # a record's, not an error's
+            self._positions[partition] = offset + 1
+            key = msg.key()
+            items.append(DataRecord(partition, offset, None if key is None else bytes(key), bytes(msg.value() or b""),
+                                    msg))
+        return items
+
+    def close(self) -> None:
+        self._consumer.close()
 
 
 def load_average() -> str:

@@ -4,6 +4,9 @@
     python benchmarks/connector_jobs.py window --input-topic T --output-topic U --window 1h --schema DDL ...
     python benchmarks/connector_jobs.py sink --input-topic U --output F.csv --schema DDL ...
     python benchmarks/connector_jobs.py batch --input F --output F.csv --key COL --event-time COL --window 1h ...
+    python benchmarks/connector_jobs.py stream-ingest --source-topic S --topic T --schema DDL --key COL ...
+    python benchmarks/connector_jobs.py stream-window --input-topic T --output-topic U --schema DDL --window 1s ...
+    python benchmarks/connector_jobs.py jars
 
 Each call is its own Spark application, as an orchestrator would run the stages one after another; the
 connector (``org.apache.spark:spark-sql-kafka-0-10_<scala>`` at the installed Spark version) comes from
@@ -14,6 +17,18 @@ The stages do what ``spark_jobs.ingest``, ``window_aggregate`` and ``sink`` do, 
 states. A topic read by a stage is read from its earliest to its latest offsets: the stage before it has
 finished, so everything is there. ``batch`` is ``spark_jobs.events.windowed_oracle`` over the file.
 Used by ``bench_vs_kafka_connector.py``.
+
+``stream-ingest`` and ``stream-window`` are the streaming chain (``spark_jobs.stream_ingest`` ->
+``spark_jobs.stream_window``) as a user of Structured Streaming writes it with the connector, one
+unbounded query each: raw JSON source topic -> ``{"key", "event_ms", <carried>}`` -> events topic; events
+topic -> ``withWatermark`` (the allowed lateness) -> tumbling-window count and sums in append mode ->
+``{"key", "window_start", "window_end", "count", "sum_<c>"}`` (epoch ms) -> windows topic; values
+``to_json(struct(*))`` keyed by ``key``, checkpoints in ``--checkpoint``. Each logs ``query started``
+once its query runs, and runs until it is stopped (SIGTERM), fails, or ``--parent-pid`` is no longer its
+parent: an unbounded Kafka source never ends, so neither does the query, and the windows of the last
+``allowed lateness`` of event time are never closed. ``jars`` resolves the connector and prints its jar
+files, comma-separated, as ``--jars`` takes them (exit status 2 and the reason when it cannot be had).
+Used by ``bench_stages.py``.
 """
 
 from __future__ import annotations
@@ -125,6 +140,111 @@ def batch(spark: SparkSession, args: argparse.Namespace) -> None:
     write_table(out.orderBy("key", "window_start"), args.output)
 
 
+def spark_interval(text: str) -> str:
+    """A duration of ``spark_jobs.events.parse_duration`` as a Spark interval string."""
+    from spark_jobs.events import parse_duration
+
+    return f"{parse_duration(text)} milliseconds"
+
+
+def _run_stream(df: DataFrame, args: argparse.Namespace, topic: str) -> None:
+    """Start ``df``'s rows as ``to_json(struct(*))`` keyed by ``key`` to ``topic`` (append mode), log
+    ``query started``, then a line per micro-batch done (``batch N done: ...``: rows read, rows its state
+    operators dropped as older than the watermark, and their total), until the query ends or fails, or
+    ``--parent-pid`` is gone (then stop it)."""
+    import os
+
+    from pyspark.sql import functions as F
+
+    writer = (df.select(F.col("key").cast("string").alias("key"), F.to_json(F.struct(*df.columns)).alias("value"))
+              .writeStream.format("kafka").option("kafka.bootstrap.servers", args.bootstrap_servers)
+              .option("topic", topic).option("checkpointLocation", args.checkpoint).outputMode("append"))
+    if args.trigger_interval:
+        writer = writer.trigger(processingTime=spark_interval(args.trigger_interval))
+    query = writer.start()
+    print(f"connector {args.stage}: query started ({query.id})", flush=True)
+    done, dropped = -1, 0
+    while not query.awaitTermination(1):
+        for progress in query.recentProgress:
+            # Executed micro-batches only: an idle trigger reports a progress too, with the next batch's id.
+            if progress.batchId > done and "addBatch" in progress.durationMs:
+                done = progress.batchId
+                late = sum(op.numRowsDroppedByWatermark for op in progress.stateOperators)
+                dropped += late
+                phases = ", ".join(f"{k} {v}" for k, v in progress.durationMs.items() if k != "triggerExecution")
+                print(f"connector {args.stage}: batch {done} done: {progress.numInputRows} rows read, {late} dropped "
+                      f"by the watermark (total {dropped}), {progress.batchDuration} ms ({phases})", flush=True)
+        if args.parent_pid is not None and os.getppid() != args.parent_pid:
+            print(f"connector {args.stage}: parent {args.parent_pid} gone, stopping", flush=True)
+            query.stop()
+            return
+
+
+def stream_ingest(spark: SparkSession, args: argparse.Namespace) -> None:
+    """Raw JSON source topic -> ``{"key", "event_ms", <carried>}`` -> events topic, unbounded; records with
+    no key or no event time are dropped."""
+    from pyspark.sql import functions as F
+
+    raw = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", args.bootstrap_servers)
+           .option("subscribe", args.source_topic).option("startingOffsets", "earliest").load())
+    rows = raw.select(F.from_json(F.col("value").cast("string"), args.schema).alias("r")).select("r.*")
+    event_ms = F.unix_millis(F.col(args.event_time).cast("timestamp"))
+    events = (rows.select(F.col(args.key).cast("string").alias("key"), event_ms.alias("event_ms"),
+                          *[F.col(c) for c in args.carry])
+              .where(F.col("key").isNotNull() & F.col("event_ms").isNotNull()))
+    _run_stream(events, args, args.topic)
+
+
+def stream_window(spark: SparkSession, args: argparse.Namespace) -> None:
+    """Events topic -> count and sums per key and tumbling window, each emitted once when Spark's watermark
+    (the largest event time seen minus ``--allowed-lateness``) passes its end -> windows topic."""
+    from pyspark.sql import functions as F
+
+    raw = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", args.bootstrap_servers)
+           .option("subscribe", args.input_topic).option("startingOffsets", "earliest").load())
+    events = (raw.select(F.from_json(F.col("value").cast("string"), args.schema).alias("r")).select("r.*")
+              .withColumn("ts", F.timestamp_millis(F.col("event_ms")))
+              .withWatermark("ts", spark_interval(args.allowed_lateness)))
+    windows = events.groupBy(F.window("ts", spark_interval(args.window)), "key").agg(
+        F.count(F.lit(1)).alias("count"), *[F.sum(c).alias(f"sum_{c}") for c in args.sum])
+    out = windows.select("key", F.unix_millis(F.col("window.start")).alias("window_start"),
+                         F.unix_millis(F.col("window.end")).alias("window_end"), "count",
+                         *[f"sum_{c}" for c in args.sum])
+    _run_stream(out, args, args.output_topic)
+
+
+def jars(spark: SparkSession, args: argparse.Namespace) -> None:
+    """Print the connector's jar files as this session resolved them, comma-separated."""
+    print(resolved_jars(spark), flush=True)
+
+
+def _add_stream_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ingest_p = sub.add_parser("stream-ingest")
+    ingest_p.add_argument("--source-topic", required=True)
+    ingest_p.add_argument("--topic", required=True, help="the events topic")
+    ingest_p.add_argument("--key", required=True)
+    ingest_p.add_argument("--event-time", required=True, help="a field Spark casts to a timestamp")
+    ingest_p.add_argument("--carry", action="append", default=[], help="a field to carry (repeatable)")
+    window_p = sub.add_parser("stream-window")
+    window_p.add_argument("--input-topic", required=True)
+    window_p.add_argument("--output-topic", required=True)
+    window_p.add_argument("--window", required=True)
+    window_p.add_argument("--allowed-lateness", required=True)
+    window_p.add_argument("--sum", action="append", default=[], help="a summed column (repeatable)")
+    for p in (ingest_p, window_p):
+        p.add_argument("--schema", required=True, help="DDL of the JSON values read")
+        p.add_argument("--checkpoint", required=True, help="the query's checkpoint directory")
+        p.add_argument("--trigger-interval", help="processing-time trigger (default: Spark's, each micro-batch "
+                                                  "as soon as the one before has ended)")
+        p.add_argument("--parent-pid", type=int, help="stop once process PID is no longer the parent")
+    sub.add_parser("jars")
+    for p in (ingest_p, window_p, sub.choices["jars"]):
+        p.add_argument("--master", default="local[*]")
+        p.add_argument("--bootstrap-servers", required=p is not sub.choices["jars"])
+        p.add_argument("--jars", help="the connector's jar files, comma-separated (default: resolved by "
+                                      "spark.jars.packages)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="stage", required=True)
@@ -153,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
         stages[name].add_argument("--schema", required=True, help="DDL of the JSON values read")
     for name in ("sink", "batch"):
         stages[name].add_argument("--output", required=True, help="the result file (.csv, .jsonl, .parquet)")
+    _add_stream_parsers(sub)
     return parser
 
 
@@ -163,9 +284,17 @@ def main() -> int:
 
         spark = spark_session(args.master, "plain-batch-query")
     else:
-        spark = connector_session(args.master, f"kafka-connector-{args.stage}", args.jars)
+        try:
+            spark = connector_session(args.master, f"kafka-connector-{args.stage}", args.jars)
+        except Exception as exc:
+            if args.stage != "jars":
+                raise
+            print(f"Spark's Kafka connector {connector_package()} cannot be had: {exc}", file=sys.stderr)
+            return 2
+    stages = {"ingest": ingest, "window": window, "sink": sink, "batch": batch, "stream-ingest": stream_ingest,
+              "stream-window": stream_window, "jars": jars}
     try:
-        {"ingest": ingest, "window": window, "sink": sink, "batch": batch}[args.stage](spark, args)
+        stages[args.stage](spark, args)
     finally:
         spark.stop()
     return 0

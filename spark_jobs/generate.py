@@ -13,10 +13,11 @@ end offsets as JSON, so a bounded streaming run (``--until-source-end``) knows w
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -26,7 +27,7 @@ from confluent_kafka import Producer
 
 from controlmsg.kafka.settings import for_client
 
-__all__ = ["GeneratorConfig", "generate", "main"]
+__all__ = ["GeneratorConfig", "events", "generate", "main"]
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,28 @@ def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
+def events(cfg: GeneratorConfig, clock0_ms: int) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """The events :func:`generate` writes with ``cfg`` and its event clock starting at ``clock0_ms``, in
+    order, endless (``cfg.events`` and ``cfg.duration_s`` are not looked at): ``(user, event time in epoch
+    ms, the record's value)``. Deterministic for a given ``cfg.seed``; what a topic holds can be
+    recomputed from the configuration and the number of events written."""
+    rng = random.Random(cfg.seed)
+    for sent in itertools.count():
+        clock = clock0_ms + int(sent / cfg.rate * 1000 * cfg.speedup)
+        if rng.random() < cfg.late_fraction:
+            event_time = clock - cfg.late_by_ms
+        else:
+            event_time = clock - rng.randint(0, cfg.disorder_ms)
+        user = f"user-{min(int(rng.paretovariate(1.1)) - 1, cfg.keys - 1):04d}"
+        yield user, event_time, {"id": f"{cfg.seed}-{sent}", "user": user, "event_time": _iso(event_time),
+                                 "amount": round(rng.uniform(1, 100), 2), "items": rng.randint(1, 5)}
+
+
 def generate(config: dict[str, Any], topic: str, cfg: GeneratorConfig) -> dict[int, int]:
     """Write the events; block until delivered; return the topic's end offsets per partition.
     Raises ``RuntimeError`` if records were not delivered."""
     if cfg.events is None and cfg.duration_s is None:
         raise ValueError("give events or duration_s, or the stream never ends")
-    rng = random.Random(cfg.seed)
     producer = Producer({"linger.ms": 5, **for_client(config, "producer")})
     failed: list[str] = []
 
@@ -61,7 +78,7 @@ def generate(config: dict[str, Any], topic: str, cfg: GeneratorConfig) -> dict[i
             failed.append(str(err))
 
     started = time.monotonic()
-    clock0 = cfg.start_ms if cfg.start_ms is not None else int(time.time() * 1000)
+    stream = events(cfg, cfg.start_ms if cfg.start_ms is not None else int(time.time() * 1000))
     sent = 0
     while (cfg.events is None or sent < cfg.events) and (
         cfg.duration_s is None or time.monotonic() - started < cfg.duration_s
@@ -72,15 +89,7 @@ def generate(config: dict[str, Any], topic: str, cfg: GeneratorConfig) -> dict[i
         if batch <= 0:
             time.sleep(min(0.01, 1 / cfg.rate))
             continue
-        for _ in range(batch):
-            clock = clock0 + int(sent / cfg.rate * 1000 * cfg.speedup)
-            if rng.random() < cfg.late_fraction:
-                event_time = clock - cfg.late_by_ms
-            else:
-                event_time = clock - rng.randint(0, cfg.disorder_ms)
-            user = f"user-{min(int(rng.paretovariate(1.1)) - 1, cfg.keys - 1):04d}"
-            value = {"id": f"{cfg.seed}-{sent}", "user": user, "event_time": _iso(event_time),
-                     "amount": round(rng.uniform(1, 100), 2), "items": rng.randint(1, 5)}
+        for user, _, value in itertools.islice(stream, batch):
             while True:
                 try:
                     producer.produce(topic, orjson.dumps(value), user.encode(), on_delivery=on_delivery)
