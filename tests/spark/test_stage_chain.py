@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 from controlmsg.kafka import ControlReader, DataRecord
 
 from .test_streaming_pipeline import generated_source
+from .test_streaming_restarts import wait_for_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -93,17 +94,6 @@ class Stages:
             log.close()
 
 
-def wait_for_records(config: dict[str, Any], topic: str, run_id: str, at_least: int, timeout: float = 300) -> None:
-    """Block until ``topic`` holds ``at_least`` committed user records of the run (and has not ended)."""
-    deadline = time.monotonic() + timeout
-    seen = 0
-    with ControlReader(config, topic, run_id=run_id, topic_timeout=timeout) as reader:
-        while seen < at_least:
-            assert time.monotonic() < deadline, f"{topic}: {seen} records after {timeout} s"
-            seen += sum(isinstance(item, DataRecord) for item in reader.poll(0.2))
-            assert not reader.tracker.is_ended, f"{topic} ended before {at_least} records: no mid-run kill"
-
-
 def read_all(config: dict[str, Any], topic: str, run_id: str) -> list[dict[str, Any]]:
     """Every user record of the run, to its end of stream."""
     with ControlReader(config, topic, run_id=run_id, stop_at_end=True, topic_timeout=60) as reader:
@@ -131,10 +121,10 @@ def test_three_queries_kill_9_each_rescale_and_the_oracle(spark: SparkSession, k
         stages.start("stage_sink")
         stages.start("stage_window")
         stages.start("stage_ingest", "--tasks", "6")  # six write tasks on two cores
-        wait_for_records(kafka_config, stages.events_topic, stages.run_id, EVENTS // 4)
+        wait_for_records(kafka_config, stages.events_topic, stages.run_id, EVENTS // 4, timeout=300)
         stages.kill9("stage_ingest")
         stages.start("stage_ingest", "--tasks", "3")  # rescaled: the driver is the one upstream task
-        wait_for_records(kafka_config, stages.windows_topic, stages.run_id, 40)
+        wait_for_records(kafka_config, stages.windows_topic, stages.run_id, 40, timeout=300)
         stages.kill9("stage_window")
         stages.start("stage_window")
         stages.kill9("stage_sink")
