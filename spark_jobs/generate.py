@@ -70,7 +70,9 @@ def generate(config: dict[str, Any], topic: str, cfg: GeneratorConfig) -> dict[i
     Raises ``RuntimeError`` if records were not delivered."""
     if cfg.events is None and cfg.duration_s is None:
         raise ValueError("give events or duration_s, or the stream never ends")
-    producer = Producer({"linger.ms": 5, **for_client(config, "producer")})
+    # Idempotent: a batch retried (a fresh topic's leader not known yet) must not land after later ones:
+    # the events are in event-time order with bounded disorder, and consumers rely on that bound.
+    producer = Producer({"linger.ms": 5, "enable.idempotence": True, **for_client(config, "producer")})
     failed: list[str] = []
 
     def on_delivery(err: Any, msg: Any) -> None:
