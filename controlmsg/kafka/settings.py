@@ -133,7 +133,8 @@ def worker_logging() -> None:
 def for_client(config: Mapping[str, Any], kind: Literal["producer", "consumer", "admin"]) -> dict[str, Any]:
     """``config`` for a client of ``kind``: everything, except the settings librdkafka defines for the other
     kinds only (an admin client takes neither kind's), with ``logger`` set to :data:`CLIENT_LOGGER` unless
-    ``config`` names one, and ``error_cb`` a new :class:`~controlmsg.kafka.refusals.ConnectionWatch` (which
+    ``config`` names one, ``enable.sparse.connections`` false unless ``config`` sets it (see below), and
+    ``error_cb`` a new :class:`~controlmsg.kafka.refusals.ConnectionWatch` (which
     calls an ``error_cb`` of ``config`` first): a cluster that refuses the client (authentication, TLS, an
     address that does not answer) raises :class:`~controlmsg.errors.ClusterRefused` from the client's
     calls within seconds. Unknown settings pass, so librdkafka names them. Every Consumer, Producer and
@@ -144,6 +145,12 @@ def for_client(config: Mapping[str, Any], kind: Literal["producer", "consumer", 
             else PRODUCER_ONLY | CONSUMER_ONLY)
     conf = {k: v for k, v in config.items() if k not in drop}
     conf.setdefault("logger", CLIENT_LOGGER)
+    # librdkafka's sparse connections (its default) open a broker connection only when a request needs
+    # one, and a new client then waits ~50 ms (here, on localhost) before its first answer; a transactional
+    # producer's first PID request often 500 ms more. Connecting at once cut a write task's Kafka calls
+    # from ~230 ms to ~40 ms (benchmarks/bench_task_cost.py). A client opens a connection to every broker
+    # it knows of; set it to true to go back.
+    conf.setdefault("enable.sparse.connections", False)
     given = conf.get("error_cb")
     if isinstance(given, ConnectionWatch):  # the settings of another client of ours: a watch of its own
         given = given.chained

@@ -104,7 +104,7 @@ def test_each_client_gets_everything_but_the_other_kinds_settings() -> None:
 
     config = {"bootstrap.servers": "b:1", "sasl.password": "s", "enable.ssl.certificate.verification": "false",
               "oauthbearer_token_refresh_cb": "cb", "linger.ms": "5", "isolation.level": "read_committed"}
-    log = {"logger": CLIENT_LOGGER}
+    log = {"logger": CLIENT_LOGGER, "enable.sparse.connections": False}
 
     def made(kind: Literal["producer", "consumer", "admin"]) -> dict[str, Any]:
         conf = for_client(config, kind)
@@ -116,6 +116,7 @@ def test_each_client_gets_everything_but_the_other_kinds_settings() -> None:
     assert made("admin") == {**{k: v for k, v in config.items() if k not in ("linger.ms", "isolation.level")}, **log}
     own = logging.getLogger("mine")
     assert for_client({**config, "logger": own}, "consumer")["logger"] is own
+    assert for_client({**config, "enable.sparse.connections": "true"}, "producer")["enable.sparse.connections"] == "true"
 
 
 def test_librdkafka_log_lines_go_through_python_logging(caplog: pytest.LogCaptureFixture,
