@@ -34,7 +34,7 @@ latency(E) can come out below zero. Three more views are printed for the same wi
 *all* results for E are visible (the windows topic's reconciled watermark reaches E: every window task
 has committed its results for E, which share a transaction with that watermark), which is never below
 zero; the first result measured from the earliest partition group's watermark (the events observer also
-tracks the watermark of each window task's partition group, dealt as ``spark_jobs.streaming`` does); and
+tracks the watermark of each window task's partition group, dealt as ``controlmsg.streaming.runtime`` does); and
 the skew between the groups. The skew comes from ``read_committed``: a partition is readable only up to
 its first open transaction, and an ingest task's transaction is open almost all the time, so another
 task's watermark on a partition where this task writes data becomes visible only at this task's next
@@ -113,12 +113,12 @@ from controlmsg.core.bookkeeping import StreamEnded, WatermarkAdvanced
 from controlmsg.core.codec import decode_json_payload
 from controlmsg.errors import ReadError
 from controlmsg.kafka import ControlReader, DataRecord, Item, create_topic
+from controlmsg.streaming.ingest import committed_source_state
+from controlmsg.streaming.ingest import source_group as ingest_group
 from controlmsg.testing.processes import descendants, pid_alive
 from spark_jobs.common import topic_names
 from spark_jobs.events import parse_duration
 from spark_jobs.generate import GeneratorConfig, generate
-from spark_jobs.ingest_task import committed_source_state
-from spark_jobs.ingest_task import source_group as ingest_group
 
 TOPIC_PREFIX = "controlmsg-bench"
 

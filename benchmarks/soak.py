@@ -23,7 +23,7 @@ Every ``--sample-every`` seconds one row of ``DIR/samples.csv``:
 * RSS (``VmRSS`` from ``/proc``, summed over the process and all its descendants) of each job, the generator,
   the broker and this script, and each job's process count;
 * lag: source records not yet committed by the ingest (the source topic's end offsets minus the offsets the
-  ingest commits in its consumer group with every transaction, ``spark_jobs.ingest_task``); offsets of the
+  ingest commits in its consumer group with every transaction, ``controlmsg.streaming.ingest``); offsets of the
   windows topic not yet in the sink's checkpoint; the windows topic's reconciled watermark behind the wall
   clock (``controlmsg.kafka.inspect.inspect_topic``, what ``controlmsg inspect --json`` prints);
 * transactions, through the broker's own kafka-clients jar (``benchmarks/SoakTransactions.java``, compiled
@@ -77,9 +77,9 @@ from common import add_cluster_options, load_average
 from controlmsg.core.messages import MAX_TIMESTAMP
 from controlmsg.kafka.admin import create_topic, end_offsets
 from controlmsg.kafka.settings import client_config_from_args, write_properties
+from controlmsg.streaming.ingest import source_group
 from controlmsg.testing.processes import descendants, free_ports
 from spark_jobs.common import topic_names
-from spark_jobs.ingest_task import source_group
 from spark_jobs.pipeline import _job_args, build_parser
 from spark_jobs.stream_sink import checkpoint_path
 

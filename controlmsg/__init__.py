@@ -7,6 +7,9 @@ Layers, each importing only the ones before it:
   settings, on confluent-kafka.
 * :mod:`controlmsg.spark`: the ``controlmsg`` Spark data source (read, readStream, write, writeStream) and
   session helpers; imports pyspark only when used.
+* :mod:`controlmsg.streaming`: the long-running-task streaming runtime (the second engine, beside
+  Structured Streaming): the ingest and window task bodies, long-running Spark tasks, graceful stop;
+  imports pyspark only when its runtime is used.
 * :mod:`controlmsg.testing`: tools for tests, demos and benchmarks (a local Kafka without Docker, a Spark
   standalone cluster); not on production paths.
 * :mod:`controlmsg.cli`: the ``controlmsg`` command.

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from controlmsg.streaming.log import job_logger  # moved to the library with the runtime, which logs through it
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -137,17 +139,6 @@ def topic_names(run_id: str, prefix: str = "controlmsg") -> tuple[str, str]:
     return f"{prefix}-{run_id}-events", f"{prefix}-{run_id}-windows"
 
 
-def job_logger(name: str) -> logging.Logger:
-    logger = logging.getLogger(f"spark_jobs.{name}")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter(f"%(asctime)s {name}: %(message)s", "%H:%M:%S"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
-    return logger
-
-
 def write_summary(path: str | None, **fields: Any) -> None:
     """Write the job's summary (``fields`` plus ``finished_at``, epoch seconds, and ``niceness``, the
     process's CPU priority) as JSON, atomically."""
@@ -163,7 +154,7 @@ def write_summary(path: str | None, **fields: Any) -> None:
 STREAMING_TASK_ATTEMPTS: Final = 4
 """Tries per Spark task of the streaming jobs, on a local master as on a cluster (Spark's default
 ``spark.task.maxFailures``): a task that failed, or that the watchdog ended
-(:func:`spark_jobs.streaming._run_group`), resumes from its last commit."""
+(:func:`controlmsg.streaming.runtime._run_group`), resumes from its last commit."""
 
 _LOCAL: Final = re.compile(r"^local(\[(\d+|\*)\])?$")
 
@@ -186,12 +177,12 @@ def run_job(name: str, parser: argparse.ArgumentParser, work: Work, argv: Sequen
 
     Bad arguments print ``<prog>: error: <problem>``, one line each, and return 2 before any JVM starts.
     A failure of the work prints two lines, ``<job>: <cause>`` and what to do, with the path of the full
-    trace (``--log-file``), and returns 1. SIGTERM and SIGINT stop the job (:mod:`spark_jobs.stopping`:
+    trace (``--log-file``), and returns 1. SIGTERM and SIGINT stop the job (:mod:`controlmsg.streaming.stopping`:
     a streaming job's tasks stop at a commit) and return 128 + the signal, without a summary; so does
     the death of ``--parent-pid``. ``task_attempts``: tries per task on a local master too
     (:func:`with_task_attempts`; the streaming jobs, whose tasks resume from their commits)."""
     from controlmsg.errors import ControlMsgError
-    from spark_jobs.stopping import Stopper, StopRequested, exit_code, watch_parent
+    from controlmsg.streaming.stopping import Stopper, StopRequested, exit_code, watch_parent
 
     args = parser.parse_args(argv)
     problems = common_problems(args) + (check(args) if check is not None else [])

@@ -12,7 +12,7 @@ with the failing job's log tail if any job fails (the others are then stopped). 
 lines are echoed to stderr.
 
 Stopping (:data:`EXIT_STATUS`): on SIGTERM or SIGINT the pipeline sends SIGTERM to every job still
-running (the job's own process: it stops its tasks at a commit, see :mod:`spark_jobs.stopping`), waits
+running (the job's own process: it stops its tasks at a commit, see :mod:`controlmsg.streaming.stopping`), waits
 at most :data:`JOB_STOP_GRACE_S` for them, SIGKILLs the process group of any job left, and exits 128 +
 the signal. A failed job or the timeout stops the others the same way. The jobs get ``--parent-pid``:
 if the pipeline itself is killed (``kill -9``), they stop on their own.
@@ -43,6 +43,7 @@ import orjson
 
 from controlmsg.kafka.admin import add_topic_options, create_topic, topic_settings_from_args
 from controlmsg.kafka.settings import STARTS_LOCAL_BROKER_HELP, add_client_options, write_properties
+from controlmsg.streaming import exit_code, signal_name
 from spark_jobs.checks import (
     duration_problems,
     input_problems,
@@ -54,13 +55,12 @@ from spark_jobs.checks import (
     typed_sums,
 )
 from spark_jobs.common import topic_names
-from spark_jobs.stopping import exit_code, signal_name
 
 __all__ = ["declared_sums", "main"]
 
 JOB_STOP_GRACE_S: Final = 20.0
 """Seconds a job has to stop after the pipeline's SIGTERM before its process group is SIGKILLed (a job
-bounds its own stop at 15 s, see :data:`spark_jobs.stopping.HARD_LIMIT_S`)."""
+bounds its own stop at 15 s, see :data:`controlmsg.streaming.stopping.HARD_LIMIT_S`)."""
 EXIT_STATUS: Final = ("exit status: 0 the output is complete; 1 a job failed or --timeout passed (the others are "
                       "stopped; the failed job and its log are named); 2 bad arguments; 143 stopped by SIGTERM, "
                       "130 by SIGINT (Ctrl-C): every job was sent SIGTERM and stopped at a commit (nothing partial "

@@ -2,7 +2,7 @@
 
 Its own Spark application: ``--tasks K`` long-running Spark tasks, each owning some partitions of the raw
 source topic (JSON objects with the fields a file input has) and each one upstream task of the
-intermediate topic. See ``spark_jobs.ingest_task`` for what a task does (exactly once per commit
+intermediate topic. See ``controlmsg.streaming.ingest`` for what a task does (exactly once per commit
 interval: records, rejects, its watermark and its source offsets in one transaction). With
 ``--until-source-end`` the end offsets of the source at start are the end of the input: every task writes
 its end of stream when it gets there, and the job ends.
@@ -63,9 +63,15 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     from controlmsg.core.naming import task_name, transactional_id
     from controlmsg.kafka.admin import create_topic, end_offsets, topic_settings_from_args
     from controlmsg.kafka.writer import fence_transactions
-    from spark_jobs.ingest_task import committed_source_state, plan_generation, run_ingest_task, source_group
-    from spark_jobs.stopping import StopChannel
-    from spark_jobs.streaming import partition_groups, run_long_running_tasks
+    from controlmsg.streaming import (
+        StopChannel,
+        committed_source_state,
+        partition_groups,
+        plan_generation,
+        run_ingest_task,
+        run_long_running_tasks,
+        source_group,
+    )
 
     log = job_logger("stream_ingest")
     owned = partition_groups(config, args.source_topic, args.tasks, args.timeout)

@@ -200,9 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from controlmsg.streaming import Stopper, StopRequested, exit_code, signal_name, watch_parent
     from spark_jobs.common import job_logger, kafka_config, write_summary
     from spark_jobs.events import parse_duration
-    from spark_jobs.stopping import Stopper, StopRequested, exit_code, signal_name, watch_parent
 
     args = build_parser().parse_args(argv)
     log = job_logger("stream_sink")

@@ -3,7 +3,7 @@ reconciled watermark passes their end -> the next intermediate topic.
 
 Its own Spark application: one window task per partition of the input topic, each one upstream task of
 the output topic, run as long-running Spark tasks (as many as the application has task slots, each
-running its share in threads: ``spark_jobs.streaming``; see ``spark_jobs.window_task``). A task per
+running its share in threads: ``controlmsg.streaming.runtime``; see ``controlmsg.streaming.window``). A task per
 partition, as Kafka Streams does: a window's state lives with the one partition its key arrives on, so
 the same state serves any number of cores, and a rescale of the upstream ingest (another ``--tasks``)
 leaves the window job's tasks as they were (docs/STREAMING.md, "Rescaling").
@@ -54,9 +54,7 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary."""
     from controlmsg.kafka.admin import create_topic, topic_settings_from_args
-    from spark_jobs.stopping import StopChannel
-    from spark_jobs.streaming import partition_groups, run_long_running_tasks
-    from spark_jobs.window_task import run_window_task
+    from controlmsg.streaming import StopChannel, partition_groups, run_long_running_tasks, run_window_task
 
     log = job_logger("stream_window")
     owned = [[p] for group in partition_groups(config, args.input_topic, 1, args.timeout) for p in group]

@@ -3,7 +3,7 @@ and run directory, and deleted, another run left whole; a live run (a group memb
 process naming it) and a run that has not ended are refused with one line, nothing deleted.
 
 The runs are made the way the pipeline's jobs make them, without Spark: the streaming ingest's task body
-(:func:`spark_jobs.ingest_task.run_ingest_task`: transactional writes, its source group, its end of stream)
+(:func:`controlmsg.streaming.ingest.run_ingest_task`: transactional writes, its source group, its end of stream)
 writes the events topic, and the events are written to the windows topic as a Spark batch write does it
 (a transaction and a commit marker per task, then the driver's end-of-stream round with its own marker)."""
 
@@ -28,8 +28,8 @@ from controlmsg.core.naming import driver_transactional_id, task_name, transacti
 from controlmsg.kafka.admin import create_topic
 from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
 from controlmsg.kafka.writer import ControlWriter
+from controlmsg.streaming.ingest import run_ingest_task, source_group
 from spark_jobs.common import topic_names
-from spark_jobs.ingest_task import run_ingest_task, source_group
 
 
 def topics_of(config: dict[str, Any]) -> set[str]:

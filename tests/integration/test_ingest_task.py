@@ -18,9 +18,9 @@ from controlmsg.core.codec import decode, decode_json_payload
 from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
 from controlmsg.errors import CheckpointError
 from controlmsg.kafka import ControlReader, DataRecord
+from controlmsg.streaming.ingest import parse_event_time, run_ingest_task
+from controlmsg.streaming.ingest import source_group as ingest_group
 from spark_jobs.generate import GeneratorConfig, generate
-from spark_jobs.ingest_task import parse_event_time, run_ingest_task
-from spark_jobs.ingest_task import source_group as ingest_group
 
 
 def test_parse_event_time_rules() -> None:
@@ -178,7 +178,7 @@ def test_kill_9_mid_transaction_then_restart(kafka_config: dict[str, Any], boots
     args = dict(source_topic=source, source_partitions=[0, 1], output_topic=out, rejects_topic=rejects, run_id="r",
                 task_index=0, task_count=1, key_field="user", event_time_field="event_time",
                 watermark_interval_s=0.2, until=ends, max_rate=15_000.0)  # paced: about 4 s in all
-    script = ("import sys, orjson; from spark_jobs.ingest_task import run_ingest_task; "
+    script = ("import sys, orjson; from controlmsg.streaming.ingest import run_ingest_task; "
               "a = orjson.loads(sys.argv[1]); a['until'] = {int(k): v for k, v in a['until'].items()}; "
               "run_ingest_task({'bootstrap.servers': sys.argv[2]}, **a)")
     wire = {**args, "until": {str(k): v for k, v in ends.items()}}

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from controlmsg.core.windows import TumblingWindows
 from controlmsg.kafka import ControlReader, ControlWriter, create_topic
-from spark_jobs.window_task import read_task_state, run_window_task, state_key, write_task_state
+from controlmsg.streaming.window import read_task_state, run_window_task, state_key, write_task_state
 
 RUN = "run-s"
 SIZE = 1000

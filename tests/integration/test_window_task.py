@@ -19,8 +19,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from controlmsg.core.bookkeeping import WatermarkAdvanced
 from controlmsg.core.codec import decode_json_payload
 from controlmsg.kafka import ControlReader, ControlWriter, DataRecord, create_topic
-from spark_jobs import window_task
-from spark_jobs.window_task import (
+from controlmsg.streaming import window
+from controlmsg.streaming.window import (
     HEADER_LATE_OFFSET,
     HEADER_LATE_PARTITION,
     HEADER_LATE_REASON,
@@ -241,7 +241,7 @@ def test_restarts_leave_the_output_exactly_once(
             zombies.append(self.writer)
             self.reader.close()
 
-        monkeypatch.setattr(window_task._Task, "abandon", vanish)
+        monkeypatch.setattr(window._Task, "abandon", vanish)
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     t = Topics(kafka_config, new_topic)

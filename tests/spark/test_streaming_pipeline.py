@@ -18,10 +18,10 @@ import orjson
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
+from controlmsg.streaming.ingest import parse_event_time
+from controlmsg.streaming.window import LATE_REASON
 from spark_jobs.common import topic_names
 from spark_jobs.generate import GeneratorConfig, generate
-from spark_jobs.ingest_task import parse_event_time
-from spark_jobs.window_task import LATE_REASON
 
 from .test_pipeline_oracle import assert_matches_oracle
 

@@ -28,11 +28,11 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from pyspark.sql import SparkSession
 
 from controlmsg.kafka.admin import create_topic, partition_count
+from controlmsg.streaming.window import state_key
 from controlmsg.testing.processes import descendants, pid_alive
 from spark_jobs.common import topic_names
 from spark_jobs.generate import GeneratorConfig, generate
 from spark_jobs.pipeline import JOB_STOP_GRACE_S
-from spark_jobs.window_task import state_key
 
 from .test_pipeline_oracle import assert_matches_oracle
 from .test_streaming_pipeline import generated_source

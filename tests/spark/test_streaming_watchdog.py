@@ -10,7 +10,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.streaming import run_long_running_tasks
+from controlmsg.streaming.runtime import run_long_running_tasks
 
 
 def test_a_wedged_task_is_ended_and_retried(spark: SparkSession, tmp_path: Path) -> None:

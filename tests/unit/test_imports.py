@@ -1,5 +1,5 @@
-"""The layout holds: controlmsg imports without pyspark (the Spark side is optional), and the modules of
-controlmsg import each other without cycles."""
+"""The layout holds: controlmsg imports without pyspark (the Spark side is optional, and so is the
+streaming runtime's), and the modules of controlmsg import each other without cycles."""
 
 from __future__ import annotations
 
@@ -38,6 +38,11 @@ import controlmsg.core
 import controlmsg.kafka
 import controlmsg.spark
 import controlmsg.spark.options
+import controlmsg.streaming
+import controlmsg.streaming.ingest
+import controlmsg.streaming.log
+import controlmsg.streaming.stopping
+import controlmsg.streaming.window
 import controlmsg.testing
 import controlmsg.testing.broker
 import controlmsg.testing.connect
@@ -50,6 +55,12 @@ except ImportError as exc:
     assert "pyspark" in str(exc), exc
 else:
     raise AssertionError("controlmsg.spark.ControlMsgDataSource imported without pyspark")
+try:
+    controlmsg.streaming.run_long_running_tasks  # the runtime's Spark side too
+except ImportError as exc:
+    assert "pyspark" in str(exc), exc
+else:
+    raise AssertionError("controlmsg.streaming.run_long_running_tasks imported without pyspark")
 leaked = sorted(n for n in sys.modules if n.partition(".")[0] in BLOCKED)
 assert not leaked, leaked
 print("ok")

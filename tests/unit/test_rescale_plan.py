@@ -1,4 +1,4 @@
-"""Which generation a start of the streaming ingest runs as (``spark_jobs.ingest_task.plan_generation``):
+"""Which generation a start of the streaming ingest runs as (``controlmsg.streaming.ingest.plan_generation``):
 the same layout resumes its generation; another layout (``--tasks``, or partitions added to the source)
 runs as the next one and names the task count whose transactional ids are fenced first."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from spark_jobs.ingest_task import plan_generation
-from spark_jobs.streaming import slot_groups
+from controlmsg.streaming.ingest import plan_generation
+from controlmsg.streaming.runtime import slot_groups
 
 
 def committed(groups: list[list[int]], generation: int = 0, only: set[int] | None = None) -> dict[int, dict[str, Any]]:

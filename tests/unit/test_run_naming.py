@@ -18,8 +18,8 @@ from controlmsg.core.naming import (
     transactional_id,
 )
 from controlmsg.kafka.cleanup import process_signs
+from controlmsg.streaming.ingest import source_group
 from spark_jobs.common import topic_names
-from spark_jobs.ingest_task import source_group
 
 run_ids = st.text(alphabet="abcdefghij0123456789-._", min_size=1, max_size=12)
 

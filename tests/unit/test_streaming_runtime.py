@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
+from controlmsg.streaming.runtime import STALL_EXIT, slot_groups
 from spark_jobs.common import with_task_attempts
-from spark_jobs.streaming import STALL_EXIT, slot_groups
 
 
 @pytest.mark.parametrize(("n", "slots", "groups"), [
@@ -33,7 +33,7 @@ def _group(body: str) -> subprocess.CompletedProcess[str]:
     stall limit, in a child process; print the summaries."""
     script = "\n".join([
         "import time",
-        "from spark_jobs.streaming import _run_group",
+        "from controlmsg.streaming.runtime import _run_group",
         "def body(i, stop):",
         textwrap.indent(textwrap.dedent(body).strip("\n"), "    "),
         "print(_run_group([0, 1], body, lambda: False, stall_limit_s=1.0))",

@@ -28,7 +28,7 @@ Record = tuple[bytes | None, bytes | None]
 
 
 def commit(windows: TumblingWindows, run_id: str, task: int, extra: Mapping[str, Any] | None = None) -> list[Record]:
-    """The records of one commit, as window_task writes them (window records, then the header last)."""
+    """The records of one commit, as controlmsg.streaming.window writes them (window records, then the header last)."""
     records: list[Record] = list(commit_records(window_prefix(run_id, task), windows.changes()))
     header = {"format": STATE_FORMAT, **(extra or {}), "windows": windows.state_header()}
     records.append((header_key(run_id, task).encode(), orjson.dumps(header)))

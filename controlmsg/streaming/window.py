@@ -1,5 +1,5 @@
 """The body of one long-running streaming window task (docs/STREAMING.md, first slice). Plain Python: it
-will later run inside a Spark task, but needs no Spark.
+runs inside a long-running Spark task (:mod:`controlmsg.streaming.runtime`), but needs no Spark.
 
 :func:`run_window_task` owns ``partitions`` of ``input_topic`` and loops:
 

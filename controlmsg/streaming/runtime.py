@@ -6,8 +6,8 @@ most as many Spark tasks as the application has task slots, each Spark task runn
 logical tasks in threads of its Python worker (:func:`slot_groups`). Spark's task retry is the restart:
 a Spark task that fails (or whose executor dies) is started again, and each body resumes from its own
 committed state in Kafka. A graceful stop (SIGTERM, SIGINT: see
-:mod:`spark_jobs.stopping`) reaches the tasks through ``stop``: true once the driver asked them to stop,
-after which each commits and returns.
+:mod:`controlmsg.streaming.stopping`) reaches the tasks through ``stop``: true once the driver asked them
+to stop, after which each commits and returns.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any, Final
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.common import job_logger
-from spark_jobs.stopping import STOP_GRACE_S, StopChannel, StopRequested, installed
+from controlmsg.streaming.log import job_logger
+from controlmsg.streaming.stopping import STOP_GRACE_S, StopChannel, StopRequested, installed
 
 __all__ = ["Body", "partition_groups", "run_long_running_tasks", "slot_groups"]
 
@@ -144,12 +144,12 @@ def run_long_running_tasks(spark: SparkSession, n: int, body: Body, stop: StopCh
     one logical task stops its siblings in the same Spark task at their next commit and fails that Spark
     task; Spark's retry restarts the group and each task resumes from its own commit.
 
-    Graceful stop: when the process has a :class:`~spark_jobs.stopping.Stopper` installed and ``stop``
-    is given, a signal makes this write the stop record (the tasks' ``stop()`` then turns true at their
-    next turn); tasks still running :data:`~spark_jobs.stopping.STOP_GRACE_S` later are cancelled (their
-    open transactions are aborted by the next start). It then raises
-    :class:`~spark_jobs.stopping.StopRequested` (with the summaries when the tasks returned), unless every
-    task's summary says ``ended``. Without ``stop`` the tasks' ``stop()`` is always false. ``body`` is
+    Graceful stop: when the process has a :class:`~controlmsg.streaming.stopping.Stopper` installed and
+    ``stop`` is given, a signal makes this write the stop record (the tasks' ``stop()`` then turns true at
+    their next turn); tasks still running :data:`~controlmsg.streaming.stopping.STOP_GRACE_S` later are
+    cancelled (their open transactions are aborted by the next start). It then raises
+    :class:`~controlmsg.streaming.stopping.StopRequested` (with the summaries when the tasks returned),
+    unless every task's summary says ``ended``. Without ``stop`` the tasks' ``stop()`` is always false. ``body`` is
     pickled (cloudpickle) to the workers. ``stall_limit_s``: the watchdog's limit (:func:`_run_group`).
     """
     groups = slot_groups(n, spark.sparkContext.defaultParallelism)

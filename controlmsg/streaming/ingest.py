@@ -1,8 +1,9 @@
 """The body of one streaming ingest task: raw source partitions -> the intermediate topic, exactly once.
 
 The streaming pipeline's ingest (see docs/STREAMING.md); it runs as plain Python, and inside a
-long-running Spark task in `spark_jobs.stream_ingest`. One task owns some partitions of the raw source
-topic (JSON objects with the fields a file input has) and is one upstream task of the intermediate topic:
+long-running Spark task (:mod:`controlmsg.streaming.runtime`; the example job `spark_jobs.stream_ingest`).
+One task owns some partitions of the raw source topic (JSON objects with the fields a file input has) and
+is one upstream task of the intermediate topic:
 
 * each source record becomes ``{"key", "event_ms", <carried fields>}`` keyed by the key field; a record
   with a null key or an unparseable event time goes to the rejects topic with the reason and its source
