@@ -116,7 +116,8 @@ def test_each_client_gets_everything_but_the_other_kinds_settings() -> None:
     assert made("admin") == {**{k: v for k, v in config.items() if k not in ("linger.ms", "isolation.level")}, **log}
     own = logging.getLogger("mine")
     assert for_client({**config, "logger": own}, "consumer")["logger"] is own
-    assert for_client({**config, "enable.sparse.connections": "true"}, "producer")["enable.sparse.connections"] == "true"
+    sparse = {**config, "enable.sparse.connections": "true"}  # the user's value wins
+    assert for_client(sparse, "producer")["enable.sparse.connections"] == "true"
 
 
 def test_librdkafka_log_lines_go_through_python_logging(caplog: pytest.LogCaptureFixture,
