@@ -386,7 +386,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # the micro-batch after the one that moved it; under availableNow the next call below may wait
             # for the upstream, or end the query, first. So one micro-batch that reads nothing comes now.
             scan.settle = False
-            return scan.offset()
+            return self._planned(start, scan.offset())
         if scan.tracker.is_ended:
             return start
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
@@ -402,16 +402,25 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start
         scan.settle = (self._ticks and self._available_now
                        and before != (scan.tracker.emitted_watermark, scan.tracker.is_ended))
-        return scan.offset()
+        return self._planned(start, scan.offset())
+
+    def _planned(self, start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
+        """``end`` with the micro-batch's reading tasks (``groups``: partitions per task) planned now and
+        logged with it in Spark's offset log: a micro-batch replayed after a restart with other options
+        (``maxTasks``, ``partitionsPerTask``) runs the same tasks, which the writer's exactly-once relies
+        on (a write task's id is its index; docs/SPARK.md)."""
+        end["groups"] = _stream_groups(_positions(start), _positions(end), self.opts)
+        return end
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, stop = _positions(start), _positions(end)
-        moved = [p for p in sorted(stop) if stop[p] != begin.get(p, OFFSET_BEGINNING)]
+        logged = end.get("groups")
+        groups = ([[int(p) for p in g] for g in logged] if isinstance(logged, list)  # planned in latestOffset
+                  else _stream_groups(begin, stop, self.opts))  # an offset logged before groups were
         end_wm = end["bookkeeping"].get("emittedWatermark")
-        sizes = {p: max(stop[p] - max(begin.get(p, 0), 0), 0) for p in moved}
         ranges = [StreamRange([(p, begin.get(p, OFFSET_BEGINNING), stop[p]) for p in group], start["bookkeeping"],
                               end_wm)
-                  for group in _groups(moved, self.opts, sizes)]
+                  for group in groups]
         if self._ticks and ranges:
             ranges[0].tick = _tick(start["bookkeeping"], end["bookkeeping"])
         return ranges
@@ -440,7 +449,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _resume(self, start: dict[str, Any]) -> _Scan:
         """The scan state at ``start``: the one in memory when the consumer stands there, else restored
         from the offset (after a restart, or a replanned batch) and the consumer moved there."""
-        if self._scan is not None and self._scan.offset() == start:
+        if self._scan is not None and self._scan.offset() == {k: v for k, v in start.items() if k != "groups"}:
             return self._scan
         if start.get("format") != _OFFSETS_FORMAT:
             raise ControlMsgError(f"topic {self.opts.topic!r}: the streaming checkpoint's offset is not a "
@@ -537,6 +546,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         timeout = self.opts.timeout
         if timeout is not None and time.monotonic() - self._started > timeout:
             raise _timeout_error(self.opts, scan.tracker, sorted(scan.positions))
+
+
+def _stream_groups(begin: Mapping[int, int], stop: Mapping[int, int], opts: ReadOptions) -> list[list[int]]:
+    """The reading tasks of a micro-batch from ``begin`` to ``stop``: the partitions that moved, grouped."""
+    moved = [p for p in sorted(stop) if stop[p] != begin.get(p, OFFSET_BEGINNING)]
+    return _groups(moved, opts, {p: max(stop[p] - max(begin.get(p, 0), 0), 0) for p in moved})
 
 
 def _positions(offset: dict[str, Any]) -> dict[int, int]:

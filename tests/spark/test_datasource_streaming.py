@@ -312,3 +312,42 @@ def test_a_run_started_by_per_task_control_messages_goes_on_as_the_drivers_next_
     with ControlReader(kafka_config, topic, run_id="r1") as reader:
         list(reader.read_until_end(timeout=30))
         assert reader.tracker.is_ended and reader.tracker.emitted_watermark == 5_000
+
+
+def test_a_micro_batch_replayed_with_other_max_tasks_reads_with_the_tasks_it_was_planned_with(
+        spark: SparkSession, kafka_config: dict[str, Any], bootstrap_servers: str,
+        new_topic: Callable[..., str]) -> None:
+    """The reader Spark makes on the driver, made here: ``latestOffset`` logs the micro-batch's reading
+    tasks with its offset, and a reader restarted with another ``maxTasks`` plans that logged micro-batch
+    (a replay after a restart) with the same tasks; a micro-batch not yet planned gets the new option."""
+    from pyspark.sql.types import StructType
+
+    from controlmsg.spark.options import ReadOptions
+    from controlmsg.spark.reading import StreamRange, StreamReader
+
+    topic = new_topic(6)
+    up = Upstream(kafka_config, topic)
+    up.write("fast", 60, 1000)
+    up.write("slow", 60, 1000)
+    schema = StructType.fromDDL(STREAM_SCHEMA)
+
+    def planned(reader: StreamReader, start: dict[str, Any], end: dict[str, Any]) -> list[list[int]]:
+        parts = reader.partitions(start, end)
+        return [[p for p, _, _ in part.ranges] for part in parts if isinstance(part, StreamRange)]
+
+    first = StreamReader(ReadOptions.parse(options(topic, bootstrap_servers, maxTasks="3")), schema)
+    try:
+        start = first.initialOffset()
+        end = first.latestOffset(start, first.getDefaultReadLimit())
+        assert end["groups"] == [[0, 1], [2, 3], [4, 5]], end["groups"]
+        assert planned(first, start, end) == end["groups"]
+    finally:
+        first.stop()
+    logged = json.loads(json.dumps(end))  # as Spark's offset log gives it back
+    again = StreamReader(ReadOptions.parse(options(topic, bootstrap_servers, maxTasks="2")), schema)
+    try:
+        assert planned(again, start, logged) == [[0, 1], [2, 3], [4, 5]]
+        unlogged = {k: v for k, v in logged.items() if k != "groups"}  # an offset written before groups were
+        assert planned(again, start, unlogged) == [[0, 1, 2], [3, 4, 5]]
+    finally:
+        again.stop()
