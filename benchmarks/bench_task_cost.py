@@ -36,6 +36,8 @@ from typing import Any
 
 from common import add_cluster_options, delete_topics, kafka_cluster, load_average
 
+from controlmsg.kafka import create_topic
+
 SPARSE = "enable.sparse.connections"
 
 
@@ -50,15 +52,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-spark", action="store_true", help="the Kafka calls alone (part 1)")
     add_cluster_options(parser)
     return parser
-
-
-def create_topic(config: dict[str, Any], topic: str, partitions: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    from controlmsg.kafka.settings import for_client
-
-    admin = AdminClient(for_client(config, "admin"))
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result()
 
 
 def task_calls(config: dict[str, Any], topic: str, partitions: int, rows: int) -> dict[str, float]:
