@@ -54,8 +54,8 @@ from controlmsg.spark.reading import (
     _builder,
     _check_dead_letters,
     _consumer_conf,
-    _groups,
     _SetAside,
+    _stream_groups,
 )
 
 __all__ = ["PlainBatchReader", "PlainRanges", "PlainStreamReader", "is_plain_offset"]
@@ -92,14 +92,9 @@ def _ends(opts: ReadOptions, consumer: Consumer, partitions: Sequence[int]) -> d
     return {p: watermark_offsets(consumer, opts.topic, p, timeout) for p in partitions}
 
 
-def _grouped(begin: dict[int, int], end: dict[int, int], opts: ReadOptions) -> list[list[int]]:
-    moved = [p for p in sorted(end) if end[p] > begin.get(p, 0)]
-    return _groups(moved, opts, {p: end[p] - begin.get(p, 0) for p in moved})
-
-
 def _plan(begin: dict[int, int], end: dict[int, int], opts: ReadOptions,
           groups: list[list[int]] | None = None) -> list[PlainRanges]:
-    chosen = _grouped(begin, end, opts) if groups is None else groups
+    chosen = _stream_groups(begin, end, opts) if groups is None else groups
     return [PlainRanges([(p, begin.get(p, 0), end[p]) for p in group]) for group in chosen]
 
 
@@ -172,7 +167,7 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start  # nothing new (under availableNow: the query ends)
         # The tasks are planned now and logged with the offset: a micro-batch replayed after a restart with
         # other options (maxTasks...) runs the same tasks, whose ids the writer's exactly-once relies on.
-        offset["groups"] = _grouped(begin, end, self.opts)
+        offset["groups"] = _stream_groups(begin, end, self.opts)
         return offset
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
