@@ -9,9 +9,6 @@ Each stage runs in its own process group; the kill takes the whole group (driver
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -19,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 import pytest
@@ -27,6 +24,7 @@ from pyspark.sql import SparkSession
 
 from controlmsg.kafka import ControlReader, DataRecord
 
+from .jobs import Jobs
 from .test_streaming_pipeline import generated_source
 from .test_streaming_restarts import wait_for_records
 
@@ -57,41 +55,20 @@ class Stages:
                            "--checkpoint", str(tmp_path / "ckpt-sink")],
         }
         self.common = common
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.logs: list[IO[bytes]] = []
+        self.jobs = Jobs(tmp_path)
 
     def start(self, job: str, *extra: str) -> None:
-        log = (self.dir / f"{job}.log").open("ab")
-        self.logs.append(log)
-        argv = [sys.executable, "-m", f"spark_jobs.{job}", *self.commands[job], *self.common, *extra,
-                "--summary", str(self.dir / f"{job}.json")]
-        self.procs[job] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.jobs.launch(job, [sys.executable, "-m", f"spark_jobs.{job}", *self.commands[job], *self.common,
+                               *extra, "--summary", str(self.dir / f"{job}.json")])
 
     def kill9(self, job: str) -> None:
-        proc = self.procs[job]
-        assert proc.poll() is None, f"{job} ended before it could be killed: the test lost its timing\n{self.tail(job)}"
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
-
-    def tail(self, job: str) -> str:
-        return "\n".join((self.dir / f"{job}.log").read_text(errors="replace").splitlines()[-30:])
+        self.jobs.kill9(job)
 
     def wait(self, timeout: float = 420.0) -> None:
-        deadline = time.monotonic() + timeout
-        for job, proc in self.procs.items():
-            try:
-                code = proc.wait(max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                code = None
-            assert code == 0, f"{job} exit {code}:\n{self.tail(job)}"
+        self.jobs.wait(timeout)
 
     def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(30)
-        for log in self.logs:
-            log.close()
+        self.jobs.close()
 
 
 def read_all(config: dict[str, Any], topic: str, run_id: str) -> list[dict[str, Any]]:

@@ -14,15 +14,12 @@ SIGKILL, as a crashed machine would.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -33,6 +30,7 @@ from spark_jobs.common import topic_names
 from spark_jobs.pipeline import _job_args, _write_client_config, build_parser
 from spark_jobs.stream_sink import checkpoint_path
 
+from .jobs import Jobs
 from .test_pipeline_oracle import assert_matches_oracle
 from .test_streaming_pipeline import generated_source
 from .topic_dump import dump_topic
@@ -56,39 +54,20 @@ class Chain:
         kafka_file = _write_client_config({"bootstrap.servers": servers}, self.run_dir)
         self.commands = {job: _job_args(job, args, kafka_file, self.run_id, self.run_dir)
                          for job in ("stream_ingest", "stream_window", "stream_sink")}
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.logs: list[IO[bytes]] = []
+        self.jobs = Jobs(self.run_dir)
         self.events_topic, self.windows_topic = topic_names(self.run_id)
 
     def start(self, job: str) -> None:
-        log = (self.run_dir / f"{job}.log").open("ab")
-        self.logs.append(log)
-        self.procs[job] = subprocess.Popen(self.commands[job], stdout=log, stderr=subprocess.STDOUT,
-                                           start_new_session=True)
+        self.jobs.launch(job, self.commands[job])
 
     def kill9(self, job: str) -> None:
-        proc = self.procs[job]
-        assert proc.poll() is None, f"{job} ended before it could be killed: the test lost its timing"
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
+        self.jobs.kill9(job)
 
     def wait(self, timeout: float = 400.0) -> None:
-        deadline = time.monotonic() + timeout
-        for job, proc in self.procs.items():
-            try:
-                code = proc.wait(max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                code = None
-            log = (self.run_dir / f"{job}.log").read_text(errors="replace").splitlines()[-30:]
-            assert code == 0, f"{job} exit {code}:\n" + "\n".join(log)
+        self.jobs.wait(timeout)
 
     def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(30)
-        for log in self.logs:
-            log.close()
+        self.jobs.close()
 
 
 def wait_for_records(config: dict[str, Any], topic: str, run_id: str, at_least: int, timeout: float = 240) -> None:
