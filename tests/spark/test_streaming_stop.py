@@ -187,7 +187,7 @@ def test_sigterm_to_one_job_then_restart(job: str, spark: SparkSession, kafka_co
             wait_for_records(kafka_config, chain.events_topic, chain.run_id, 1500)
         else:
             wait_for_records(kafka_config, chain.windows_topic, chain.run_id, 40)
-        proc = chain.procs[job]
+        proc = chain.jobs.procs[job]
         assert proc.poll() is None, f"{job} ended before the signal: the test lost its timing"
         signalled = time.monotonic()
         proc.send_signal(signal.SIGTERM)  # its own process only, as the pipeline does
