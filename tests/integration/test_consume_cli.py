@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ def data(value: Any) -> bytes:
     return b"\x00" + orjson.dumps(value)
 
 
-def write(config: dict[str, Any], topic: str, records: list[tuple[int, bytes | None, bytes | None]]) -> None:
+def write(config: dict[str, Any], topic: str, records: Sequence[tuple[int, bytes | None, bytes | None]]) -> None:
     """Write (partition, key, value) records in this order, one flush at the end."""
     producer = Producer(config)
     for partition, key, value in records:
@@ -104,7 +104,7 @@ def test_old_run_end_of_stream_does_not_end_new_run(kafka_config: dict[str, Any]
     old = [(p, None, eos(t, 2, run="old")) for p in (0, 1) for t in ("a", "b")]
     new = [(0, b"x", data({"n": 1})), (0, None, wm("a", 2, 50, run="new")), (1, None, wm("a", 2, 50, run="new")),
            (0, None, eos("b", 2, run="new")), (1, None, eos("b", 2, run="new"))]
-    write(kafka_config, topic, old + new)
+    write(kafka_config, topic, [*old, *new])
     code, lines, stderr = consume(bootstrap_servers, topic, "--run-id", "new", "--until-eos", "--timeout", "4")
     assert code == 3, stderr
     assert kinds(lines, "end_of_stream") == [] and kinds(lines, "partition_end") == []
@@ -221,7 +221,8 @@ def test_kill_and_restart_prints_nothing_twice(kafka_config: dict[str, Any], boo
     assert proc.returncode == 130, err1.decode()
     out1 = out_path.read_bytes()
 
-    second = [(i % 3, str(i).encode(), data({"i": i})) for i in range(3000, 4000)]
+    second: list[tuple[int, bytes | None, bytes]] = [(i % 3, str(i).encode(), data({"i": i}))
+                                                     for i in range(3000, 4000)]
     second += [(p, None, wm(t, 2, 5000)) for t in tasks for p in range(3)]
     second += [(p, None, eos(t, 2)) for t in tasks for p in range(3)]
     write(kafka_config, topic, second)

@@ -158,7 +158,9 @@ def dump_plain(kafka_config: dict[str, Any], topic: str) -> list[Any]:
             if m.error() is None:
                 got.append(m)
             else:
-                at_end.add(m.partition())
+                partition = m.partition()
+                assert partition is not None
+                at_end.add(partition)
     consumer.close()
     return got
 

@@ -249,11 +249,12 @@ def test_every_send_path_writes_its_key_partition_headers_and_a_current_timestam
     deadline = time.monotonic() + 30
     while len(ended) < 3 and time.monotonic() < deadline:
         for msg in consumer.consume(100, 0.2):
+            partition, value = msg.partition(), msg.value()
+            assert partition is not None
             if msg.error() is not None:
-                ended.add(msg.partition())
-            elif msg.value()[0] == 0:
-                got[orjson.loads(msg.value()[1:])["path"]] = (
-                    msg.partition(), msg.key(), msg.headers(), msg.timestamp()[1])
+                ended.add(partition)
+            elif value is not None and value[0] == 0:
+                got[orjson.loads(value[1:])["path"]] = (partition, msg.key(), msg.headers(), msg.timestamp()[1])
     consumer.close()
     mine = [(HEADER_RUN, b"r1"), (HEADER_TASK, b"t0")]
     assert {path: (key, headers) for path, (_, key, headers, _) in got.items()} == {

@@ -330,6 +330,7 @@ def test_a_micro_batch_replayed_with_other_max_tasks_reads_with_the_tasks_it_was
     up.write("fast", 60, 1000)
     up.write("slow", 60, 1000)
     schema = StructType.fromDDL(STREAM_SCHEMA)
+    assert isinstance(schema, StructType)
 
     def planned(reader: StreamReader, start: dict[str, Any], end: dict[str, Any]) -> list[list[int]]:
         parts = reader.partitions(start, end)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from controlmsg.kafka import ControlWriter
 from controlmsg.spark import WATERMARK_COLUMNS, late_records, observed_counts, with_watermark
@@ -213,7 +213,8 @@ def transform_with_state_in_pandas(events: DataFrame) -> DataFrame:
 
         def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                             timerValues: TimerValues) -> Iterator[pd.DataFrame]:
-            n, timer = self.count.get() if self.count.exists() else (0, None)
+            state = self.count.get()
+            n, timer = state if state is not None else (0, None)
             latest = 0
             for frame in rows:
                 n += len(frame)
@@ -227,7 +228,9 @@ def transform_with_state_in_pandas(events: DataFrame) -> DataFrame:
 
         def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                                expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
-            n, _timer = self.count.get()
+            state = self.count.get()
+            assert state is not None
+            n = state[0]
             self.count.clear()
             yield pd.DataFrame({"user": [key[0]], "n": [n]})
 
@@ -262,6 +265,7 @@ def test_event_time_timers_fire_on_the_reconciled_watermark(
 
     provider = "spark.sql.streaming.stateStore.providerClass"
     before = spark.conf.get(provider)
+    assert before is not None
     spark.conf.set(provider, "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
     try:  # a query takes its state store from the session when it starts
         query = (operator(with_watermark(stream(spark, topic, bootstrap_servers), "ts"))
@@ -299,7 +303,9 @@ def test_a_restart_from_the_checkpoint_writes_no_window_twice_and_keeps_the_wate
         wait_for(lambda: windows(spark, out) == closed, 60, "the windows before 02:00")
     finally:
         query.stop()
-    before = query.lastProgress["eventTime"]["watermark"]
+    progress = query.lastProgress
+    assert progress is not None
+    before = progress["eventTime"]["watermark"]
 
     for task in TASKS:
         up.records(task, range(150 + TASKS.index(task), 300, 5))

@@ -33,7 +33,8 @@ def run_pipeline_in_session(spark: SparkSession, servers: str, *, input_path: st
     run_id = uuid.uuid4().hex[:10]
     events, windows = f"t-{run_id}-events", f"t-{run_id}-windows"
     common = ["--run-id", run_id, "--bootstrap-servers", servers, "--timeout", "120"]
-    typed = [f"{c}:{declared[c]}" if c in (declared or {}) else c for c in sums]
+    types = declared or {}
+    typed = [f"{c}:{types[c]}" if c in types else c for c in sums]
     sum_args = [x for c in typed for x in ("--sum", c)]
     ingest_args = ["--input", input_path, "--key", key, "--event-time", event_time, "--topic", events,
                    "--partitions", str(partitions), "--tasks", str(tasks), "--rejects", f"{output}.rejects.jsonl",

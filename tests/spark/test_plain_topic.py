@@ -28,10 +28,10 @@ SCHEMA = "id long, user string, event_time timestamp, amount double"
 def produce(config: dict[str, Any], topic: str, ids: range, *, partitions: int) -> list[dict[str, Any]]:
     """Plain JSON records, as an application writes them (no envelope), spread over the partitions."""
     producer = Producer(config)
-    sent = []
+    sent: list[dict[str, Any]] = []
     for i in ids:
-        value = {"id": i, "user": f"u{i % 7}", "event_time": f"2026-01-01T00:{i // 60 % 60:02d}:{i % 60:02d}Z",
-                 "amount": i / 4}
+        value: dict[str, Any] = {"id": i, "user": f"u{i % 7}", "amount": i / 4,
+                                 "event_time": f"2026-01-01T00:{i // 60 % 60:02d}:{i % 60:02d}Z"}
         producer.produce(topic, orjson.dumps(value), key=value["user"].encode(), partition=i % partitions)
         sent.append(value)
     producer.flush(30)
@@ -62,7 +62,7 @@ def test_batch_read_of_a_plain_topic_with_a_schema_and_dead_letters(
     assert raw.count() == 502  # partition, offset, key, value: every record, the bad one too
     consumer = Consumer({**kafka_config, "group.id": "dl", "auto.offset.reset": "earliest"})
     consumer.subscribe([dead])
-    letters = []
+    letters: list[Any] = []
     deadline = time.monotonic() + 30
     while len(letters) < 2 and time.monotonic() < deadline:
         msg = consumer.poll(1.0)
@@ -84,6 +84,7 @@ def test_a_plain_topic_refuses_watermark_columns(spark: SparkSession, bootstrap_
     from controlmsg.spark.plain import PlainBatchReader, PlainStreamReader
 
     schema = StructType.fromDDL(f"{SCHEMA}, _watermark timestamp")
+    assert isinstance(schema, StructType)
     for reader in (PlainStreamReader, PlainBatchReader):
         with pytest.raises(ValueError, match="plain topic"):
             reader(ReadOptions.parse(plain(topic, bootstrap_servers)), schema)

@@ -29,7 +29,7 @@ from tests.spark.topic_dump import count_by, dump_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
 
 class _FaultyWriter(BatchWriter):

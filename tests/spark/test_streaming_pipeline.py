@@ -42,7 +42,7 @@ def dump_source(kafka_config: dict[str, Any], topic: str, ends: dict[int, int], 
     got: list[bytes] = []
     deadline = time.monotonic() + 30
     while len(got) < sum(ends.values()) and time.monotonic() < deadline:
-        got += [m.value() for m in consumer.consume(1000, 0.5) if m.error() is None]
+        got += [m.value() or b"" for m in consumer.consume(1000, 0.5) if m.error() is None]
     consumer.close()
     path.write_bytes(b"\n".join(got) + b"\n")
 
@@ -105,9 +105,9 @@ def read_late(kafka_config: dict[str, Any], topic: str) -> list[dict[str, Any]]:
     while time.monotonic() < deadline:
         msgs = consumer.consume(1000, 0.5)
         if any(m.error() is not None for m in msgs):
-            got += [orjson.loads(m.value()) for m in msgs if m.error() is None]
+            got += [orjson.loads(m.value() or b"null") for m in msgs if m.error() is None]
             break
-        got += [orjson.loads(m.value()) for m in msgs]
+        got += [orjson.loads(m.value() or b"null") for m in msgs]
     consumer.close()
     assert all(v["reason"] == LATE_REASON for v in got)
     return got

@@ -67,8 +67,10 @@ def open_transactions(config: dict[str, Any], topic: str) -> dict[int, tuple[int
         while len(stable) < count and time.monotonic() < deadline:
             for msg in consumer.consume(1000, 0.5):
                 err = msg.error()
+                partition, offset = msg.partition(), msg.offset()
                 if err is not None and err.code() == KafkaError._PARTITION_EOF:
-                    stable[msg.partition()] = msg.offset()
+                    assert partition is not None and offset is not None
+                    stable[partition] = offset
     finally:
         consumer.close()
     assert len(stable) == count, f"{topic}: end not reached on every partition ({stable})"

@@ -355,8 +355,8 @@ def test_decode_of_mutated_control_envelopes(message: WatermarkMessage | EndOfSt
     [
         lambda: WatermarkMessage("", 1, 0),
         lambda: WatermarkMessage("t", 0, 0),
-        lambda: WatermarkMessage("t", True, 0),  # type: ignore[arg-type]
-        lambda: WatermarkMessage("t", 1, True),  # type: ignore[arg-type]
+        lambda: WatermarkMessage("t", True, 0),
+        lambda: WatermarkMessage("t", 1, True),
         lambda: WatermarkMessage("t", 1, 1.0),  # type: ignore[arg-type]
         lambda: WatermarkMessage("t", 1, MAX_TIMESTAMP),
         lambda: WatermarkMessage("t", 1, MIN_TIMESTAMP - 1),
