@@ -111,7 +111,8 @@ class ReadError(ControlMsgError):
 class ClusterRefused(ControlMsgError):
     """The cluster refused the client itself, so no request can pass: SASL authentication failed (a wrong
     user name or password), a SASL mechanism the broker does not offer, a broker certificate the client
-    does not trust or that does not name the host it was reached by, or (after a short grace) a broker
+    does not trust or that does not name the host it was reached by, a listener that speaks another
+    ``security.protocol`` than the client's, or (after a short grace) a broker
     address that does not resolve or refuses connections. One line: what was refused, by which broker,
     for which principal, and what to check; never a secret. Raised by every waiting call of a client
     controlmsg made (:mod:`controlmsg.kafka.refusals`)."""

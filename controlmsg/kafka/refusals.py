@@ -21,6 +21,11 @@ SASL mechanism not offered (``_AUTHENTICATION``)       at once, by every client
 TLS certificate verify failed (``_SSL``)               at once, by every client; a probe tells
                                                        an untrusted CA from a hostname the
                                                        certificate does not name
+a listener of another security protocol (only          by admin clients only, at once, once a
+``_ALL_BROKERS_DOWN``, or a closed TLS handshake)      probe of the listener (a TLS handshake, a
+                                                       ``SaslHandshake``: :mod:`.probe`) told which
+                                                       protocol it speaks, while this process has
+                                                       never reached that cluster
 unknown host (``_RESOLVE``), connection refused        by admin clients only, after
 (``_TRANSPORT``)                                       :data:`GRACE_ENV` seconds (default 10),
                                                        once every address of
@@ -35,6 +40,9 @@ contact of every command, job, pipeline and Spark plan with a cluster is a topic
 client (describe or create); only those tell an unreachable cluster, and only until this process has had
 an answer from it (an admin request that succeeded, transactions initialised, a Spark task its driver
 planned, or librdkafka naming a broker by its node id, which it learns from the cluster's metadata).
+The same holds for the security protocol probe: it runs at the first contact only, once per address and
+protocol within :data:`DEFAULT_GRACE_S`, and refuses only when the listener answered in a protocol other
+than the client's (a broker that is down answers nothing, and is left to the grace).
 Producers and consumers leave refused connections to the retries as before: in Spark each step (a task,
 the driver's commit) may run in a new Python process, in the middle of a broker's restart. One dead node
 of several is not an unreachable cluster: the grace runs out only once every address of
@@ -50,12 +58,13 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from confluent_kafka import KafkaError
 
 from controlmsg.errors import ClusterRefused
+from controlmsg.kafka.probe import listener_protocol
 
 __all__ = [
     "DEFAULT_GRACE_S", "GRACE_ENV", "ConnectionWatch", "check_client", "denied", "mark_reached", "principal",
@@ -75,6 +84,9 @@ _OFFERED: Final = re.compile(r"supported mechanisms: (?P<mechanisms>[\w, -]+)")
 _lock = threading.Lock()
 _reached: set[str] = set()
 """``bootstrap.servers`` of the clusters some client of this process has had an answer from."""
+_probed: dict[tuple[str, str], float] = {}
+"""(address, security protocol) -> when a client of this process last probed that listener (again only
+after :data:`DEFAULT_GRACE_S`: a broker that was starting may answer the next probe)."""
 _unreachable: dict[str, tuple[float, float, frozenset[str]]] = {}
 """``bootstrap.servers`` -> (first, last) time a client of this process saw one of its addresses
 unresolvable or refusing connections, and which addresses did."""
@@ -139,6 +151,7 @@ class ConnectionWatch:
         self.addresses = frozenset(_address(a) for a in self.servers.split(",") if a.strip())
         self.principal = principal(config)
         self.mechanism = str(config.get("sasl.mechanism", config.get("sasl.mechanisms", "GSSAPI")))
+        self.protocol = str(config.get("security.protocol", "plaintext")).upper()
         self.ca = config.get("ssl.ca.location")
         self.ca_pem = config.get("ssl.ca.pem")
         self.verify_host = str(config.get("ssl.endpoint.identification.algorithm", "https")).lower() != "none"
@@ -190,8 +203,10 @@ class ConnectionWatch:
         code = error.code()
         text = error.str()
         parsed = _BROKER.match(text)
-        if parsed is None:
-            return None  # "1/1 brokers are down" and the like name no broker
+        if parsed is None:  # "1/1 brokers are down" and the like name no broker
+            if code == KafkaError._ALL_BROKERS_DOWN and self.unreachable:
+                return self._wrong_protocol(self.addresses)
+            return None
         address, node, detail = parsed["address"], parsed["node"], _AFTER.sub("", parsed["text"])
         if node.isdigit():  # a node id: the client has had the cluster's metadata
             self.reached()
@@ -202,6 +217,8 @@ class ConnectionWatch:
         if self.unreachable and (code == KafkaError._RESOLVE
                                  or (code == KafkaError._TRANSPORT and "Connection refused" in detail)):
             self._unreachable(address, code)
+        elif self.unreachable and code in (KafkaError._TRANSPORT, KafkaError._SSL):
+            return self._wrong_protocol({_address(address)})  # closed by the listener, a handshake failed
         return None
 
     def _authentication(self, address: str, detail: str) -> ClusterRefused:
@@ -221,6 +238,26 @@ class ConnectionWatch:
         why, check = _diagnose_certificate(address, self.ca, self.ca_pem, self.verify_host)
         what = "TLS hostname mismatch" if check.startswith("bootstrap.servers") else "TLS certificate not trusted"
         return ClusterRefused(what, address, self.principal, why, check)
+
+    def _wrong_protocol(self, addresses: Iterable[str]) -> ClusterRefused | None:
+        """A refusal when a listener of ``addresses`` (never reached by this process) speaks another
+        security protocol than the client's: asked once per address and protocol (see
+        :func:`~controlmsg.kafka.probe.listener_protocol`); ``None`` when it speaks the client's or cannot
+        tell."""
+        for address in sorted(addresses):
+            with _lock:
+                if self.servers in _reached:
+                    return None
+                key, now = (address, self.protocol), time.monotonic()
+                if now - _probed.get(key, -DEFAULT_GRACE_S) < DEFAULT_GRACE_S:
+                    continue
+                _probed[key] = now
+            spoken = listener_protocol(address, self.mechanism if self.mechanism != "GSSAPI" else "PLAIN")
+            if spoken is not None and spoken != self.protocol:
+                return ClusterRefused("security protocol mismatch", address, self.principal,
+                                      f"the listener speaks {spoken}, the client {self.protocol}",
+                                      "security.protocol (and the settings it needs)")
+        return None
 
     def _unreachable(self, address: str, code: int) -> None:
         now = time.monotonic()

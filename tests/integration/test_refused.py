@@ -144,6 +144,25 @@ def test_a_closed_port(secured: Secured) -> None:
     assert "check bootstrap.servers and that the broker is up" in line
 
 
+@pytest.mark.parametrize(("protocol", "command"), [("PLAINTEXT", "consume"), ("SSL", "create-topic"),
+                                                   ("SASL_PLAINTEXT", "produce")])
+def test_a_security_protocol_the_listener_does_not_speak(secured: Secured, protocol: str, command: str) -> None:
+    """librdkafka says only "1/1 brokers are down" (the listener closes the connection); the probe asks the
+    listener what it speaks (controlmsg.kafka.probe)."""
+    line = _refused(secured, f"security.protocol={protocol}", command=command)
+    assert line.startswith("error: security protocol mismatch")
+    assert f"broker {_broker(secured)}" in line and "principal User:pipeline" in line
+    assert f"the listener speaks SASL_SSL, the client {protocol}" in line
+    assert "check security.protocol (and the settings it needs)" in line
+
+
+def test_tls_to_a_plaintext_listener(secured: Secured, bootstrap_servers: str) -> None:
+    line = _refused(secured, f"bootstrap.servers={bootstrap_servers}")  # the pipeline's SASL_SSL settings
+    assert line.startswith("error: security protocol mismatch")
+    assert f"broker {bootstrap_servers}" in line
+    assert "the listener speaks PLAINTEXT, the client SASL_SSL" in line
+
+
 def test_a_topic_the_principal_may_not_touch(secured: Secured) -> None:
     topic = _topic(secured)
     started = time.monotonic()

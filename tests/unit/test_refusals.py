@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import KafkaError
 
 from controlmsg.errors import ClusterRefused
+from controlmsg.kafka import refusals
 from controlmsg.kafka.refusals import GRACE_ENV, ConnectionWatch, mark_reached
 from controlmsg.kafka.settings import for_client
 
@@ -139,3 +141,48 @@ def test_each_new_client_after_a_refusal_has_a_grace_of_its_own(monkeypatch: pyt
     retry = _watch(servers)
     retry(KafkaError(KafkaError._TRANSPORT, REFUSED.format(a=servers, node="bootstrap")))
     retry.check()  # a new grace
+
+
+DOWN = "1/1 brokers are down"
+CLOSED = ("ssl://{a}/bootstrap: SSL handshake failed: Disconnected: SSL connection closed by peer: connecting to a "
+          "PLAINTEXT broker listener? (after 3ms in state SSL_HANDSHAKE)")
+
+
+def _listener(asked: list[str], speaks: str) -> Callable[[str, str], str]:
+    def probe(address: str, mechanism: str) -> str:
+        asked.append(address)
+        return speaks
+    return probe
+
+
+def test_a_listener_of_another_protocol_is_refused_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """"Brokers are down" or a closed handshake at an admin client's first contact: the listener is asked
+    what it speaks (the probe, stood in for here: tests/integration/test_refused.py asks real listeners),
+    once per address and protocol within the grace."""
+    asked: list[str] = []
+    monkeypatch.setattr(refusals, "listener_protocol", _listener(asked, "SASL_SSL"))
+    servers = _servers()
+    watch = _watch(servers)
+    with pytest.raises(ClusterRefused) as info:
+        watch(KafkaError(KafkaError._ALL_BROKERS_DOWN, DOWN))
+    assert str(info.value) == (f"security protocol mismatch (broker {servers}, principal User:pipeline): the "
+                               f"listener speaks SASL_SSL, the client PLAINTEXT; check security.protocol (and the "
+                               f"settings it needs)")
+    again = _watch(servers)
+    again(KafkaError(KafkaError._ALL_BROKERS_DOWN, DOWN))  # asked a moment ago: not again
+    assert asked == [servers] and again.refusal is None
+
+
+def test_the_listener_is_not_asked_when_it_speaks_the_clients_protocol_or_was_reached(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+    monkeypatch.setattr(refusals, "listener_protocol", _listener(asked, "SSL"))
+    servers = _servers()
+    ssl_watch = ConnectionWatch({"bootstrap.servers": servers, "security.protocol": "ssl"}, unreachable=True)
+    ssl_watch(KafkaError(KafkaError._SSL, CLOSED.format(a=servers)))  # a broker that was stopping
+    assert ssl_watch.refusal is None and asked == [servers]
+    reached = _servers()
+    mark_reached({"bootstrap.servers": reached})
+    _watch(reached)(KafkaError(KafkaError._ALL_BROKERS_DOWN, DOWN))  # a restart in the middle of a run
+    _watch(_servers(), unreachable=False)(KafkaError(KafkaError._ALL_BROKERS_DOWN, DOWN))  # not the first contact
+    assert asked == [servers]
