@@ -67,13 +67,19 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
     return data
 
 
-def _speaks_tls(host: str, port: int, timeout: float) -> bool | None:
+def _unverified() -> ssl.SSLContext:
+    """A TLS context that trusts any certificate: the probe only asks whether the listener speaks TLS (the
+    client's own connections verify as configured)."""
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _speaks_tls(host: str, port: int, timeout: float) -> bool | None:
     try:
         with socket.create_connection((host, port), timeout=timeout) as raw, \
-                context.wrap_socket(raw, server_hostname=host):
+                _unverified().wrap_socket(raw, server_hostname=host):
             return True
     except ssl.SSLError:
         return False
@@ -84,12 +90,9 @@ def _speaks_tls(host: str, port: int, timeout: float) -> bool | None:
 
 
 def _has_sasl(host: str, port: int, tls: bool, mechanism: str, timeout: float) -> bool | None:
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
     try:
         with socket.create_connection((host, port), timeout=timeout) as raw:
-            sock = context.wrap_socket(raw, server_hostname=host) if tls else raw
+            sock = _unverified().wrap_socket(raw, server_hostname=host) if tls else raw
             try:
                 sock.sendall(sasl_handshake_request(mechanism))
                 (size,) = struct.unpack(">i", _read_exactly(sock, 4))
