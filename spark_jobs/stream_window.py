@@ -54,7 +54,13 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary."""
     from controlmsg.kafka.admin import create_topic, topic_settings_from_args
-    from controlmsg.streaming import StopChannel, partition_groups, run_long_running_tasks, run_window_task
+    from controlmsg.streaming import (
+        StopChannel,
+        partition_groups,
+        run_long_running_tasks,
+        run_window_task,
+        state_topic_config,
+    )
 
     log = job_logger("stream_window")
     owned = [[p] for group in partition_groups(config, args.input_topic, 1, args.timeout) for p in group]
@@ -66,8 +72,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     late_topic = args.late_topic or f"{args.output_topic}-late"
     state_topic = args.state_topic or f"{args.output_topic}-state"
     create_topic(config, late_topic, 1, replication_factor=factor, topic_config=topics.config)
-    create_topic(config, state_topic, 1, replication_factor=factor,
-                 topic_config={**topics.config, "cleanup.policy": "compact"})
+    create_topic(config, state_topic, 1, replication_factor=factor, topic_config=state_topic_config(topics.config))
     stop = StopChannel.open(config, f"{args.output_topic}-stop", replication_factor=factor,
                             topic_config=topics.config)
     window_ms = parse_duration(args.window)

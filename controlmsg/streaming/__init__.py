@@ -72,6 +72,7 @@ if TYPE_CHECKING:
         read_task_state,
         run_window_task,
         state_key,
+        state_topic_config,
         write_task_state,
     )
 
@@ -101,6 +102,7 @@ __all__ = [
     "slot_groups",
     "source_group",
     "state_key",
+    "state_topic_config",
     "watch_parent",
     "write_task_state",
 ]
@@ -121,6 +123,7 @@ _WHERE = {
     "read_task_state": "controlmsg.streaming.window",
     "run_window_task": "controlmsg.streaming.window",
     "state_key": "controlmsg.streaming.window",
+    "state_topic_config": "controlmsg.streaming.window",
     "write_task_state": "controlmsg.streaming.window",
     "HARD_LIMIT_S": "controlmsg.streaming.stopping",
     "STOP_GRACE_S": "controlmsg.streaming.stopping",

@@ -11,10 +11,17 @@ from typing import Any
 
 import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
 from controlmsg.core.windows import TumblingWindows
 from controlmsg.kafka import ControlReader, ControlWriter, create_topic
-from controlmsg.streaming.window import read_task_state, run_window_task, state_key, write_task_state
+from controlmsg.streaming.window import (
+    read_task_state,
+    run_window_task,
+    state_key,
+    state_topic_config,
+    write_task_state,
+)
 
 RUN = "run-s"
 SIZE = 1000
@@ -22,7 +29,7 @@ SIZE = 1000
 
 def state_topic(config: dict[str, Any]) -> str:
     name = f"ws-state-{uuid.uuid4().hex[:8]}"
-    create_topic(config, name, 2, topic_config={"cleanup.policy": "compact"})
+    create_topic(config, name, 2, topic_config=state_topic_config({}))
     return name
 
 
@@ -135,7 +142,7 @@ def test_a_format_1_state_record_is_resumed_and_rewritten(kafka_config: dict[str
     from it; its first commit writes every window as a record and a format 2 header."""
     input_topic, output, late = new_topic(1, "ws-in"), new_topic(1, "ws-out"), new_topic(1, "ws-late")
     topic = f"ws-state-{uuid.uuid4().hex[:8]}"
-    create_topic(kafka_config, topic, 1, topic_config={"cleanup.policy": "compact"})
+    create_topic(kafka_config, topic, 1, topic_config=state_topic_config({}))
     upstream = ControlWriter(kafka_config, input_topic, task_name="a", task_count=1, run_id=RUN)
     for i in range(10):
         upstream.send({"key": f"k{i % 3}", "event_ms": 100 * i, "v": i}, key=f"k{i % 3}")
@@ -165,3 +172,17 @@ def test_a_format_1_state_record_is_resumed_and_rewritten(kafka_config: dict[str
     log = read_task_state(kafka_config, topic, RUN, 0)
     assert log is not None and log.header is not None and log.header["format"] == 2
     assert log.windows(SIZE, ("v",)).is_ended
+
+
+def test_a_state_topic_rolls_segments_so_compaction_can_bound_a_restore(kafka_config: dict[str, Any]) -> None:
+    """Kafka compacts closed segments only: the state topic is created with ten-minute segments unless the
+    run's settings size them, and compacted whatever they say."""
+    assert state_topic_config({"cleanup.policy": "delete", "min.insync.replicas": "2"}) == {
+        "cleanup.policy": "compact", "min.insync.replicas": "2", "segment.ms": "600000"}
+    assert state_topic_config({"segment.bytes": str(64 << 20)}) == {"segment.bytes": str(64 << 20),
+                                                                    "cleanup.policy": "compact"}
+    name = state_topic(kafka_config)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+    admin = AdminClient(kafka_config)  # kept until the answer is in: a collected client cancels its requests
+    described = admin.describe_configs([resource])[resource].result(timeout=30)
+    assert described["cleanup.policy"].value == "compact" and described["segment.ms"].value == "600000"

@@ -45,7 +45,7 @@ class Topics:
         self.output = new_topic(2, "wt-out")
         self.late = new_topic(1, "wt-late")
         self.state = f"wt-state-{uuid.uuid4().hex[:8]}"
-        create_topic(config, self.state, 1, topic_config={"cleanup.policy": "compact"})
+        create_topic(config, self.state, 1, topic_config=window.state_topic_config({}))
 
 
 class TaskThread:

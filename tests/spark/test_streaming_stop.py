@@ -28,7 +28,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from pyspark.sql import SparkSession
 
 from controlmsg.kafka.admin import create_topic, partition_count
-from controlmsg.streaming.window import state_key
+from controlmsg.streaming.window import state_key, state_topic_config
 from controlmsg.testing.processes import descendants, pid_alive
 from spark_jobs.common import topic_names
 from spark_jobs.generate import GeneratorConfig, generate
@@ -146,7 +146,7 @@ def test_a_window_job_failing_at_start_stops_the_others(kafka_config: dict[str, 
     output, run_dir, run_id = tmp_path / "windows.csv", tmp_path / "run", f"fail-{uuid.uuid4().hex[:8]}"
     # Only the window job reads this: a state record of its task 0 that is not JSON (CheckpointError at start).
     state_topic = f"{topic_names(run_id)[1]}-state"
-    create_topic(kafka_config, state_topic, 1, topic_config={"cleanup.policy": "compact"})
+    create_topic(kafka_config, state_topic, 1, topic_config=state_topic_config({}))
     producer = Producer(kafka_config)
     producer.produce(state_topic, b"not json", state_key(run_id, 0).encode(), partition=0)
     assert producer.flush(10) == 0
