@@ -134,11 +134,12 @@ def for_client(config: Mapping[str, Any], kind: Literal["producer", "consumer", 
     """``config`` for a client of ``kind``: everything, except the settings librdkafka defines for the other
     kinds only (an admin client takes neither kind's), with ``logger`` set to :data:`CLIENT_LOGGER` unless
     ``config`` names one, ``enable.sparse.connections`` false unless ``config`` sets it (see below), and
-    ``error_cb`` a new :class:`~controlmsg.kafka.refusals.ConnectionWatch` (which
-    calls an ``error_cb`` of ``config`` first): a cluster that refuses the client (authentication, TLS, an
-    address that does not answer) raises :class:`~controlmsg.errors.ClusterRefused` from the client's
-    calls within seconds. Unknown settings pass, so librdkafka names them. Every Consumer, Producer and
-    AdminClient controlmsg creates takes its settings from here."""
+    ``error_cb`` a new :class:`~controlmsg.kafka.refusals.ConnectionWatch` (which calls an ``error_cb`` of
+    ``config`` first): a cluster that refuses the client (authentication, TLS, a listener of another
+    ``security.protocol``, an address that does not answer) raises
+    :class:`~controlmsg.errors.ClusterRefused` from the client's calls within seconds. Unknown settings
+    pass, so librdkafka names them. Every Consumer, Producer and AdminClient controlmsg creates takes its
+    settings from here."""
     from controlmsg.kafka.refusals import ConnectionWatch
 
     drop = (PRODUCER_ONLY if kind == "consumer" else CONSUMER_ONLY if kind == "producer"
