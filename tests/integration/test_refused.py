@@ -271,8 +271,17 @@ def test_spark_data_source_fails_with_the_same_line(secured: Secured) -> None:
             (frame.write.format("controlmsg").mode("append").options(**options)
              .option("topic", topic).option("runId", "r1").option("timeout", "60").save())
         took = time.monotonic() - started
+        plain = {**options, "kafka.security.protocol": "PLAINTEXT"}  # a read, on a listener it does not speak
+        read_started = time.monotonic()
+        with pytest.raises(PySparkException) as read_info:
+            spark.read.format("controlmsg").options(**plain, topic=topic, runId="r1", timeout="60").load().count()
+        read_took = time.monotonic() - read_started
     finally:
         spark.stop()
+    read_text = str(read_info.value)
+    assert (f"security protocol mismatch (broker {secured.bootstrap_servers}, principal User:pipeline): the listener "
+            f"speaks SASL_SSL, the client PLAINTEXT") in read_text, read_text[-3000:]
+    assert "not-the-password" not in read_text and read_took < 40, f"the read took {read_took:.0f} s to fail"
     text = str(info.value)
     print(f"{took:.1f} s: " + next((line for line in text.splitlines() if "ClusterRefused" in line), text[:300]),
           file=sys.stderr)
