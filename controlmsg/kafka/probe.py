@@ -81,9 +81,7 @@ def _speaks_tls(host: str, port: int, timeout: float) -> bool | None:
         with socket.create_connection((host, port), timeout=timeout) as raw, \
                 _unverified().wrap_socket(raw, server_hostname=host):
             return True
-    except ssl.SSLError:
-        return False
-    except (ConnectionError, EOFError):  # closed during the handshake: a plaintext listener
+    except (ssl.SSLError, ConnectionError, EOFError):  # refused or closed in the handshake: no TLS there
         return False
     except OSError:  # unreachable, timed out: no answer either way
         return None

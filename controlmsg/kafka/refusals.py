@@ -252,7 +252,7 @@ class ConnectionWatch:
                 if now - _probed.get(key, -DEFAULT_GRACE_S) < DEFAULT_GRACE_S:
                     continue
                 _probed[key] = now
-            spoken = listener_protocol(address, self.mechanism if self.mechanism != "GSSAPI" else "PLAIN")
+            spoken = listener_protocol(address, self.mechanism)
             if spoken is not None and spoken != self.protocol:
                 return ClusterRefused("security protocol mismatch", address, self.principal,
                                       f"the listener speaks {spoken}, the client {self.protocol}",
