@@ -4,7 +4,7 @@
 //   java -cp 'CLASSES:<kafka libs>/*' SoakTransactions CLIENT.properties TOPIC[,TOPIC...]
 //
 // Why not kafka-transactions.sh: its class (org.apache.kafka.tools.TransactionsCommand) is in the kafka-tools
-// jar, which the broker's pinned jar set (controlmsg/testing/kafka-jars.lock) does not hold; confluent-kafka
+// jar, which the broker's pinned jar set (controlmsg/clusters/kafka-jars.lock) does not hold; confluent-kafka
 // 2.16 has no list/describe transactions call. The same requests, from kafka-clients, which is in the set:
 //
 //  * listTransactions + describeTransactions: every transaction the coordinator knows, its state, its

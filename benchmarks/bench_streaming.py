@@ -109,13 +109,13 @@ from common import Cluster, PlainReader, add_cluster_options, kafka_cluster, loa
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from controlmsg.clusters.processes import descendants, pid_alive
 from controlmsg.core.bookkeeping import StreamEnded, WatermarkAdvanced
 from controlmsg.core.codec import decode_json_payload
 from controlmsg.errors import ReadError
 from controlmsg.kafka import ControlReader, DataRecord, Item, create_topic
 from controlmsg.streaming.ingest import committed_source_state
 from controlmsg.streaming.ingest import source_group as ingest_group
-from controlmsg.testing.processes import descendants, pid_alive
 from spark_jobs.common import topic_names
 from spark_jobs.events import parse_duration
 from spark_jobs.generate import GeneratorConfig, generate

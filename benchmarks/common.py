@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from controlmsg.clusters.processes import free_ports
 from controlmsg.kafka.settings import add_client_options, client_config_from_args, write_properties
-from controlmsg.testing.processes import free_ports
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -67,7 +67,7 @@ def kafka_cluster(args: argparse.Namespace) -> Iterator[Cluster]:
             print(f"broker: {config['bootstrap.servers']} (given)", flush=True)
             yield Cluster(config, write_properties(config, work / "kafka.properties"))
             return
-        from controlmsg.testing.broker import start_broker, stop_broker
+        from controlmsg.clusters.broker import start_broker, stop_broker
 
         data_dir = work / "broker"
         started = time.monotonic()

@@ -4,7 +4,7 @@
 
 What runs (each its own process group, started by this script, logs under ``--out``):
 
-* a Kafka broker (``controlmsg.testing.broker``, data under ``DIR/broker``) unless ``--bootstrap-servers``
+* a Kafka broker (``controlmsg.clusters.broker``, data under ``DIR/broker``) unless ``--bootstrap-servers``
   (or ``-X``/``--kafka-config``/``$KAFKA_BOOTSTRAP_SERVERS``) names a cluster;
 * ``python -m spark_jobs.generate`` writing ``--rate`` events/s to a fresh source topic for ``--minutes``
   (event time follows the wall clock, out of order by up to ``--disorder``, no late share);
@@ -74,11 +74,11 @@ from typing import IO, Any
 import orjson
 from common import add_cluster_options, load_average
 
+from controlmsg.clusters.processes import descendants, free_ports
 from controlmsg.core.messages import MAX_TIMESTAMP
 from controlmsg.kafka.admin import create_topic, end_offsets
 from controlmsg.kafka.settings import client_config_from_args, write_properties
 from controlmsg.streaming.ingest import source_group
-from controlmsg.testing.processes import descendants, free_ports
 from spark_jobs.common import topic_names
 from spark_jobs.pipeline import _job_args, build_parser
 from spark_jobs.stream_sink import checkpoint_path
@@ -223,8 +223,8 @@ class TransactionsTool:
     """``SoakTransactions.java`` compiled once against the broker's jars; one JVM per call."""
 
     def __init__(self, work: Path, properties: Path) -> None:
-        from controlmsg.testing.kafka_jars import ensure_kafka_libs
-        from controlmsg.testing.processes import java_executable
+        from controlmsg.clusters.kafka_jars import ensure_kafka_libs
+        from controlmsg.clusters.processes import java_executable
 
         self.libs = ensure_kafka_libs()
         self.classes = work / "classes"
@@ -778,7 +778,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if _given(a):
         config = dict(client_config_from_args(a))
     else:
-        from controlmsg.testing.broker import start_broker
+        from controlmsg.clusters.broker import start_broker
 
         handle = start_broker(port=free_ports(), data_dir=broker_dir)
         config = {"bootstrap.servers": handle.bootstrap_servers}
@@ -836,7 +836,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if soak.samples:
             report(out)
         if handle is not None:
-            from controlmsg.testing.broker import stop_broker
+            from controlmsg.clusters.broker import stop_broker
 
             stop_broker(broker_dir)
             if not a.keep_broker_data:

@@ -10,7 +10,7 @@ Layers, each importing only the ones before it:
 * :mod:`controlmsg.streaming`: the long-running-task streaming runtime (the second engine, beside
   Structured Streaming): the ingest and window task bodies, long-running Spark tasks, graceful stop;
   imports pyspark only when its runtime is used.
-* :mod:`controlmsg.testing`: tools for tests, demos and benchmarks (a local Kafka without Docker, a Spark
+* :mod:`controlmsg.clusters`: tools for tests, demos and benchmarks (a local Kafka without Docker, a Spark
   standalone cluster); not on production paths.
 * :mod:`controlmsg.cli`: the ``controlmsg`` command.
 

@@ -28,7 +28,7 @@ from controlmsg.kafka.reader import DataRecord, Item
 from controlmsg.kafka.settings import add_client_options, client_config_from_args
 
 if TYPE_CHECKING:
-    from controlmsg.testing.broker import BrokerHandle
+    from controlmsg.clusters.broker import BrokerHandle
 
 __all__ = ["main"]
 
@@ -50,7 +50,7 @@ def _bootstrap(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
-    from controlmsg.testing import broker, kraft_cluster
+    from controlmsg.clusters import broker, kraft_cluster
 
     data_dir = Path(args.data_dir) if args.data_dir else None
     if args.brokers > 1 or kraft_cluster.is_cluster_dir(data_dir):
@@ -78,8 +78,8 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 
 
 def _cluster(args: argparse.Namespace, data_dir: Path | None) -> int:
-    """``broker start|stop|status`` of a local multi-node cluster (see :mod:`controlmsg.testing.kraft_cluster`)."""
-    from controlmsg.testing import kraft_cluster
+    """``broker start|stop|status`` of a local multi-node cluster (see :mod:`controlmsg.clusters.kraft_cluster`)."""
+    from controlmsg.clusters import kraft_cluster
 
     if args.security != "plaintext":
         print("--security sasl-ssl takes a single broker (--brokers 1); the local cluster is plaintext",

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from controlmsg.testing.processes import free_ports
+from controlmsg.clusters.processes import free_ports
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +27,7 @@ def bootstrap_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
     if given:
         yield given
         return
-    from controlmsg.testing.broker import start_broker, stop_broker
+    from controlmsg.clusters.broker import start_broker, stop_broker
 
     data_dir: Path = tmp_path_factory.mktemp("kafka")
     handle = start_broker(port=free_ports(), data_dir=data_dir)

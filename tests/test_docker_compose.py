@@ -1,7 +1,7 @@
 """docker-compose.yml cannot be run here (no Docker engine on our machines). What can be checked is
 checked: it parses, has the services docs/DOCKER.md names, its ports and addresses agree with that page, and
 its brokers' settings are the ones ``controlmsg broker start`` (one node) and ``--brokers 3`` (profile
-"cluster") start their brokers with, read from the same code (``controlmsg.testing.broker``)."""
+"cluster") start their brokers with, read from the same code (``controlmsg.clusters.broker``)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ _PER_NODE = {"node.id", "controller.quorum.voters", "listeners", "advertised.lis
 
 def _local_settings(brokers: int, tmp_path: Path) -> dict[str, str]:
     """The settings a local broker of a ``brokers``-node cluster is started with, as Kafka property names."""
-    from controlmsg.testing import broker
+    from controlmsg.clusters import broker
 
     listeners = broker._PLAIN_LISTENERS.format(host="127.0.0.1", port=9092, controller_port=9093)
     text = broker._server_properties(tmp_path, 9093, listeners, brokers=brokers)

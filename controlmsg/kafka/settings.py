@@ -16,7 +16,7 @@ shares: librdkafka's own log lines (``FAIL`` when a broker is unreachable, ...) 
 decides where they land. They are served by the client's ``poll``/``consume``/``flush`` calls.
 
 When no setting names ``bootstrap.servers``, they are, in this order: ``$KAFKA_BOOTSTRAP_SERVERS``, the
-local broker of :mod:`controlmsg.testing.broker` if one is running, and, only where the caller asks for
+local broker of :mod:`controlmsg.clusters.broker` if one is running, and, only where the caller asks for
 it (demos), that local broker started on the spot. The local broker is a test tool: it is imported only
 when nothing else gives an address.
 """
@@ -307,25 +307,25 @@ def resolve_bootstrap_servers(given: str | None = None, *, start_local: bool = F
     """Return the Kafka bootstrap servers (``host:port[,...]``) to use.
 
     ``given`` if it is not empty, else ``$KAFKA_BOOTSTRAP_SERVERS`` if set and not empty, else the address
-    of the local broker running from :func:`controlmsg.testing.broker.default_data_dir`. With
+    of the local broker running from :func:`controlmsg.clusters.broker.default_data_dir`. With
     ``start_local``, when none is running, that broker is started on ``127.0.0.1:local_port`` (a one-line
     note goes to stderr first); it keeps running after the caller exits.
 
     Blocks: only to start the local broker (``start_local``): until it serves, a few seconds; the first
-    time also while Kafka's jars are fetched (see :mod:`controlmsg.testing.kafka_jars`). Otherwise it reads a
+    time also while Kafka's jars are fetched (see :mod:`controlmsg.clusters.kafka_jars`). Otherwise it reads a
     few small files at most.
 
     Raises:
         BrokerError: nothing given, the variable is unset and no local broker runs (without
             ``start_local``; the message says how to start one or set the variable), or the local broker
-            could not start (see :func:`controlmsg.testing.broker.start_broker`).
+            could not start (see :func:`controlmsg.clusters.broker.start_broker`).
     """
     if given is not None and given.strip():
         return given.strip()
     env = os.environ.get(_ENV, "").strip()
     if env:
         return env
-    from controlmsg.testing import broker, kraft_cluster
+    from controlmsg.clusters import broker, kraft_cluster
 
     running = broker.broker_status()
     if running is not None:

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from controlmsg.clusters.processes import free_ports
 from controlmsg.core.messages import EndOfStreamMessage
 from controlmsg.kafka import ControlReader, create_topic
 from controlmsg.kafka.markers import MarkerStore, write_control_round
-from controlmsg.testing.processes import free_ports
 
 pytestmark = pytest.mark.kafka
 
 
 def test_markers_and_transactions_right_after_the_broker_starts(tmp_path: Path) -> None:
-    from controlmsg.testing.broker import start_broker, stop_broker
+    from controlmsg.clusters.broker import start_broker, stop_broker
 
     handle = start_broker(port=free_ports(), data_dir=tmp_path / "kafka")
     try:

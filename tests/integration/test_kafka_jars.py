@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from controlmsg.testing import kafka_jars as kj
-from controlmsg.testing.processes import free_ports, java_executable
+from controlmsg.clusters import kafka_jars as kj
+from controlmsg.clusters.processes import free_ports, java_executable
 
 
 @pytest.fixture(scope="module")

@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from controlmsg.clusters.processes import free_ports
 from controlmsg.errors import ClusterRefused, DeliveryError
 from controlmsg.kafka.admin import create_topic
 from controlmsg.kafka.settings import client_config, for_client, read_properties
 from controlmsg.kafka.writer import ControlWriter
-from controlmsg.testing.processes import free_ports
 
 from .test_secured_broker import Secured, _cli, _error_lines, secured
 

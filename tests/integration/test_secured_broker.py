@@ -23,13 +23,13 @@ from pathlib import Path
 import orjson
 import pytest
 
+from controlmsg.clusters.processes import free_ports
 from controlmsg.core.bookkeeping import StreamEnded
 from controlmsg.core.codec import decode_json_payload
 from controlmsg.kafka.admin import create_topic, end_offsets, partition_count
 from controlmsg.kafka.reader import ControlReader, DataRecord
 from controlmsg.kafka.settings import client_config, read_properties
 from controlmsg.kafka.writer import ControlWriter
-from controlmsg.testing.processes import free_ports
 
 pytestmark = pytest.mark.kafka
 

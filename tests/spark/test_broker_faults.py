@@ -31,18 +31,18 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollectio
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 from pyspark.sql import SparkSession
 
-from controlmsg.errors import TopicError
-from controlmsg.kafka import ControlReader
-from controlmsg.kafka.admin import _AdminSession, _describe, create_topic, partition_count
-from controlmsg.testing.broker import BrokerHandle, start_broker, stop_broker
-from controlmsg.testing.kraft_cluster import (
+from controlmsg.clusters.broker import BrokerHandle, start_broker, stop_broker
+from controlmsg.clusters.kraft_cluster import (
     ClusterHandle,
     cluster_status,
     kill_node,
     start_kafka_cluster,
     stop_kafka_cluster,
 )
-from controlmsg.testing.processes import free_ports
+from controlmsg.clusters.processes import free_ports
+from controlmsg.errors import TopicError
+from controlmsg.kafka import ControlReader
+from controlmsg.kafka.admin import _AdminSession, _describe, create_topic, partition_count
 from spark_jobs.common import topic_names
 
 from .test_pipeline_oracle import assert_matches_oracle, run_pipeline_in_session, write_events

@@ -1,5 +1,5 @@
 """``format("controlmsg")`` through Spark Connect: a client session (``sc://``) against a real Connect server
-started from the pyspark installation (:mod:`controlmsg.testing.connect`, one for the module), on a real
+started from the pyspark installation (:mod:`controlmsg.clusters.connect`, one for the module), on a real
 broker.
 
 The server runs in a directory of its own, not the checkout, with this venv's Python for its workers: it
@@ -26,8 +26,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from controlmsg.clusters.connect import ConnectServer, start_server, stop_server
 from controlmsg.spark import WATERMARK_COLUMNS, observed_counts, register, with_watermark
-from controlmsg.testing.connect import ConnectServer, start_server, stop_server
 from tests.spark.helpers import make_rows, options
 from tests.spark.test_event_time import Upstream, windows
 

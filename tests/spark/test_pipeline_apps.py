@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from controlmsg.testing.standalone import Cluster, start_cluster, stop_cluster
+from controlmsg.clusters.standalone import Cluster, start_cluster, stop_cluster
 from spark_jobs.common import topic_names
 
 from .test_pipeline_oracle import SAMPLE, assert_matches_oracle

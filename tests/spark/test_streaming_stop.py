@@ -27,9 +27,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from pyspark.sql import SparkSession
 
+from controlmsg.clusters.processes import descendants, pid_alive
 from controlmsg.kafka.admin import create_topic, partition_count
 from controlmsg.streaming.window import state_key, state_topic_config
-from controlmsg.testing.processes import descendants, pid_alive
 from spark_jobs.common import topic_names
 from spark_jobs.generate import GeneratorConfig, generate
 from spark_jobs.pipeline import JOB_STOP_GRACE_S

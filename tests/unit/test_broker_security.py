@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from controlmsg.cli import build_parser
+from controlmsg.clusters import broker
+from controlmsg.clusters import security as sec
 from controlmsg.errors import BrokerError
 from controlmsg.kafka.settings import read_properties
-from controlmsg.testing import broker
-from controlmsg.testing import security as sec
 
 
 def test_secrets_are_made_once_private_and_reused(tmp_path: Path) -> None:

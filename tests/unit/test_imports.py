@@ -43,10 +43,10 @@ import controlmsg.streaming.ingest
 import controlmsg.streaming.log
 import controlmsg.streaming.stopping
 import controlmsg.streaming.window
-import controlmsg.testing
-import controlmsg.testing.broker
-import controlmsg.testing.connect
-import controlmsg.testing.standalone
+import controlmsg.clusters
+import controlmsg.clusters.broker
+import controlmsg.clusters.connect
+import controlmsg.clusters.standalone
 
 assert controlmsg.__file__.startswith(sys.argv[1]), controlmsg.__file__
 try:

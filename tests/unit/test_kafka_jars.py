@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from controlmsg.clusters import kafka_jars as kj
 from controlmsg.errors import BrokerError
-from controlmsg.testing import kafka_jars as kj
 
 JARS = {"a-1.0.jar": b"alpha" * 100, "b-2.0.jar": b"bravo" * 200, "kafka_2.13-x.jar": b"kafka" * 300}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from controlmsg.testing.processes import ephemeral_port_range, free_ports, port_free
+from controlmsg.clusters.processes import ephemeral_port_range, free_ports, port_free
 
 
 def test_free_ports_are_free_consecutive_and_not_ephemeral() -> None:

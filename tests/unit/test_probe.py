@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import struct
 
+from controlmsg.clusters.processes import free_ports
 from controlmsg.kafka.probe import SASL_HANDSHAKE, listener_protocol, sasl_handshake_request, sasl_handshake_response
-from controlmsg.testing.processes import free_ports
 
 
 def test_the_request_is_a_framed_sasl_handshake_v1_naming_only_the_mechanism() -> None:

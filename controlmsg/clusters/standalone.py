@@ -1,6 +1,6 @@
 """A Spark standalone cluster (one master, one worker) from the pyspark installation, on 127.0.0.1.
 
-``python -m controlmsg.testing.standalone start [--cores 6] [--dir D]`` prints the master URL (``spark://...``);
+``python -m controlmsg.clusters.standalone start [--cores 6] [--dir D]`` prints the master URL (``spark://...``);
 ``stop`` ends both. Tests use :func:`start_cluster`/:func:`stop_cluster`. The processes are the real Spark
 master and worker (``org.apache.spark.deploy.master.Master`` / ``...worker.Worker``), started with
 pyspark's ``bin/spark-class``; executors launched by the worker run Python with ``PYSPARK_PYTHON``.
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from controlmsg.testing.processes import free_ports
+from controlmsg.clusters.processes import free_ports
 
 __all__ = ["Cluster", "start_cluster", "stop_cluster"]
 
@@ -106,7 +106,8 @@ def stop_cluster(cluster: Cluster) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m controlmsg.testing.standalone", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m controlmsg.clusters.standalone",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=["start", "stop"])
     parser.add_argument("--dir", default=".controlmsg/spark-cluster")
     parser.add_argument("--cores", type=int, default=6)

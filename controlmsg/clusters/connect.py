@@ -1,7 +1,7 @@
 """A local Spark Connect server from the pyspark installation, on 127.0.0.1: for tests and for trying
 controlmsg from a Connect client.
 
-``python -m controlmsg.testing.connect start [--dir D]`` prints the server's URL (``sc://127.0.0.1:PORT``);
+``python -m controlmsg.clusters.connect start [--dir D]`` prints the server's URL (``sc://127.0.0.1:PORT``);
 ``stop`` ends it. Tests use :func:`start_server`/:func:`stop_server`. The process is pyspark's own
 ``bin/spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer`` (what
 ``sbin/start-connect-server.sh`` runs, without its daemon wrapper), ``spark-connect_*.jar`` coming with
@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from controlmsg.clusters.processes import descendants, free_ports, log_tail, pid_alive, tcp_accepts
 from controlmsg.errors import ControlMsgError
-from controlmsg.testing.processes import descendants, free_ports, log_tail, pid_alive, tcp_accepts
 
 __all__ = ["ConnectServer", "ConnectServerError", "start_server", "stop_server"]
 
@@ -143,7 +143,7 @@ def _group_gone(pgid: int, wait: float) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m controlmsg.testing.connect",
+    parser = argparse.ArgumentParser(prog="python -m controlmsg.clusters.connect",
                                      description=(__doc__ or "").split("\n")[0])
     parser.add_argument("action", choices=["start", "stop"])
     parser.add_argument("--dir", default=".controlmsg/connect-server")

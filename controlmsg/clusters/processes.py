@@ -1,6 +1,6 @@
 """Local processes for the test tools: detached daemons, their pids, locks, atomic files, helper tools.
 
-What :mod:`controlmsg.testing.broker` and :mod:`controlmsg.testing.kraft_cluster` share to run Kafka
+What :mod:`controlmsg.clusters.broker` and :mod:`controlmsg.clusters.kraft_cluster` share to run Kafka
 nodes as detached JVMs and to stop them safely (a pid is only signalled while it still runs the
 expected command line, which guards against pid reuse). POSIX only.
 """

@@ -1,12 +1,12 @@
 """A local replicated Apache Kafka cluster: several KRaft nodes on one machine, for tests and demos.
 
 Every node is both a broker and a controller (a controller quorum of all nodes), runs from the same
-Maven Central jars as :mod:`controlmsg.testing.broker`, and listens on ``127.0.0.1`` only. With three
+Maven Central jars as :mod:`controlmsg.clusters.broker`, and listens on ``127.0.0.1`` only. With three
 nodes: topics default to replication factor 3 and ``min.insync.replicas`` 2, and so do the internal
 topics (consumer offsets, transaction state), so any one node may die without losing a committed write
 or a transaction; unclean leader election is off.
 
-Layout on disk (``<data_dir>``, by default :func:`controlmsg.testing.broker.default_data_dir`):
+Layout on disk (``<data_dir>``, by default :func:`controlmsg.clusters.broker.default_data_dir`):
 
 * ``cluster.json``: the node count, the cluster id, and each node's client and controller port (fixed at
   the first start; the quorum's addresses must not change);
@@ -31,9 +31,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from controlmsg.errors import BrokerError
-from controlmsg.testing import broker as _broker
-from controlmsg.testing.processes import (
+from controlmsg.clusters import broker as _broker
+from controlmsg.clusters.processes import (
     file_lock,
     free_ports,
     is_process_of,
@@ -45,6 +44,7 @@ from controlmsg.testing.processes import (
     terminate,
     write_text_atomic,
 )
+from controlmsg.errors import BrokerError
 
 __all__ = [
     "ClusterHandle",

@@ -1,0 +1,15 @@
+"""Local clusters, a feature of their own: what ``controlmsg broker ...`` and the tests start on one machine.
+
+* :mod:`controlmsg.clusters.broker`: a Kafka broker (one node, secured, or three KRaft nodes) from Apache
+  Kafka's Maven Central jars, fetched through pyspark's Ivy (or Maven) and verified against a lock by
+  :mod:`controlmsg.clusters.kafka_jars`;
+* :mod:`controlmsg.clusters.standalone`: a Spark standalone cluster from the pyspark installation;
+* :mod:`controlmsg.clusters.connect`: a Spark Connect server from it.
+
+These start real processes for development, demos, benchmarks and tests; a production deployment brings its
+own cluster and points ``kafka.bootstrap.servers`` (or ``KAFKA_BOOTSTRAP_SERVERS``) at it.
+
+Nothing is imported here: each starter is its own module, imported when it is needed.
+"""
+
+__all__: list[str] = []
