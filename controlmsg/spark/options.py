@@ -25,7 +25,9 @@ string or binary column whose bytes are each record's payload as they are, e.g. 
 or ``to_avro(...)`` made in the JVM, as ``format("kafka")`` takes its ``value`` column; default: the
 row's columns as one JSON object, made in Python). A stream writer reads its query's offset log under
 ``checkpointLocation`` (the option Spark passes to the sink) for the stage's watermark and the end of its
-input (see :mod:`controlmsg.spark.writing`).
+input (see :mod:`controlmsg.spark.writing`); it must be on the driver's local file system, or the query is
+refused when it starts unless ``stageProgress`` is ``eventTime`` (the weaker rule: the largest
+``eventTime`` minus ``allowedLateness``, and an end of stream only by ``end_stream``).
 
 Readers also take ``partitionsPerTask`` and ``maxTasks`` (how partitions are grouped into reading tasks:
 given either, groups of ``partitionsPerTask`` (default 1) partitions, fewer tasks than ``maxTasks``; given
@@ -65,6 +67,8 @@ from controlmsg.core.durations import parse_duration
 __all__ = [
     "DEFAULT_CORRUPT_COLUMN",
     "DEFAULT_PARTITIONS",
+    "STAGE_PROGRESS_EVENT_TIME",
+    "STAGE_PROGRESS_OFFSET_LOG",
     "BadRecordMode",
     "ReadOptions",
     "WriteOptions",
@@ -73,6 +77,12 @@ __all__ = [
 ]
 
 DEFAULT_PARTITIONS: Final = 4
+STAGE_PROGRESS_OFFSET_LOG: Final = "offsetLog"
+"""``stageProgress offsetLog`` (the default): the stage's watermark and the end of its input from the query's
+offset log, under a ``checkpointLocation`` on the driver's local file system (:mod:`controlmsg.spark.query_log`)."""
+STAGE_PROGRESS_EVENT_TIME: Final = "eventTime"
+"""``stageProgress eventTime``: the weaker rule, for a checkpoint elsewhere: the watermark is the largest
+``eventTime`` written minus ``allowedLateness``, and the stream ends only by ``end_stream``."""
 DEFAULT_CORRUPT_COLUMN: Final = "_corrupt_record"
 # librdkafka stops fetching a partition for fetch.queue.backoff.ms (default 1 s) whenever its local queue
 # is past queued.min.messages; a reader that drains fast then waits most of the time (measured: 135k
@@ -158,6 +168,20 @@ def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
     if text.lower() in ("false", "0", "no"):
         return False
     raise ValueError(f"option {name!r} must be true or false, got {text!r}")
+
+
+def _stage_progress(opts: Mapping[str, str]) -> str:
+    """Option ``stageProgress``: ``offsetLog`` (default) or ``eventTime``, any case; ``eventTime`` needs the
+    option ``eventTime`` (a rule on event times without a column to take them from would write no watermark)."""
+    text = opts.get("stageprogress") or STAGE_PROGRESS_OFFSET_LOG
+    for rule in (STAGE_PROGRESS_OFFSET_LOG, STAGE_PROGRESS_EVENT_TIME):
+        if text.lower() == rule.lower():
+            if rule == STAGE_PROGRESS_EVENT_TIME and not opts.get("eventtime"):
+                raise ValueError("option 'stageProgress' eventTime takes the watermark from the largest value of the "
+                                 "option 'eventTime' column: name that column")
+            return rule
+    raise ValueError(f"option 'stageProgress' must be {STAGE_PROGRESS_OFFSET_LOG} or {STAGE_PROGRESS_EVENT_TIME}, "
+                     f"got {text!r}")
 
 
 class BadRecordMode(Enum):
@@ -263,6 +287,9 @@ class WriteOptions:
     data_headers: bool
     value: str | None = None
     checkpoint: str | None = None
+    stage_progress: str = STAGE_PROGRESS_OFFSET_LOG
+    """Where a stream writer learns the stage's watermark and the end of its input:
+    :data:`STAGE_PROGRESS_OFFSET_LOG` or :data:`STAGE_PROGRESS_EVENT_TIME` (option ``stageProgress``)."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -290,4 +317,5 @@ class WriteOptions:
             data_headers=_bool(opts, "dataHeaders", True),
             value=opts.get("value") or None,
             checkpoint=opts.get("checkpointlocation") or None,
+            stage_progress=_stage_progress(opts),
         )

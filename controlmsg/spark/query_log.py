@@ -1,14 +1,24 @@
 """What a streaming query's own checkpoint says of a micro-batch, as a ``controlmsg`` sink needs it.
 
 Spark writes, before it runs micro-batch *n*, the file ``<checkpointLocation>/offsets/<n>``: a version
-line (``v1``), one JSON line of metadata whose ``batchWatermarkMs`` is the event-time watermark in force in
+line, one JSON line of metadata whose ``batchWatermarkMs`` is the event-time watermark in force in
 micro-batch *n* (0 when the query has none), then one line per source with the offset the micro-batch
-reads up to (``-`` for a source without one). A ``controlmsg`` source's offset holds its bookkeeping,
-whose ``streamEnded`` says whether every upstream task has ended; a plain topic's (``envelope none``,
-:mod:`controlmsg.spark.plain`) says ``"ended": true`` when its input ended. A query with a stateful
-operator has a ``state`` directory beside ``offsets``. The sink's ``commit`` runs after the
-micro-batch, so the file is there. This is Spark's offset log format (``OffsetSeqLog``, version 1), read
-only; a checkpoint on a file system Python cannot open here (``hdfs:``, ``s3a:``...) gives ``None``.
+reads up to (``-`` for a source without one). Version ``v1`` (Spark's default) writes the offset alone;
+version ``v2`` (``spark.sql.streaming.offsetLog.formatVersion=2``, Spark 4.1+) prefixes it with the source's
+id and a colon (``0:{...}``). A ``controlmsg`` source's offset holds its bookkeeping, whose ``streamEnded``
+says whether every upstream task has ended; a plain topic's (``envelope none``,
+:mod:`controlmsg.spark.plain`) says ``"ended": true`` when its input ended. A query with a stateful operator
+has a ``state`` directory beside ``offsets``. The sink's ``commit`` runs after the micro-batch, so the file
+is there. This is Spark's offset log format (``OffsetSeqLog``), read only.
+
+**Where it can be read.** The sink's ``commit`` runs in a Python worker of the driver, which has no way
+into the JVM, and so none into Spark's Hadoop file systems and their configuration (``hdfs:``, ``s3a:``,
+``abfss:``, ``gs:``, ``viewfs:``, a scheme of one's own). Rather than guess at a file system, or carry on
+with a weaker rule unasked (a stage whose end of stream never comes), the writer reads only a checkpoint on
+the driver's local file system (a plain path or ``file:``) and refuses any other location when the query
+starts (:func:`offset_log_dir`), naming the option that takes the weaker rule instead
+(``stageProgress eventTime``). Whatever it cannot read or does not know later (a missing entry, another
+format version) is refused the same way (:func:`stage_progress`): nothing is ever assumed.
 """
 
 from __future__ import annotations
@@ -19,12 +29,19 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import unquote, urlparse
 
-__all__ = ["END_OF_TIME_MS", "StageProgress", "query_id", "stage_progress"]
+from controlmsg.errors import CheckpointError
+
+__all__ = ["END_OF_TIME_MS", "StageProgress", "offset_log_dir", "query_id", "stage_progress"]
 
 END_OF_TIME_MS: Final = 253_402_300_799_999
 """9999-12-31T23:59:59.999Z, Spark's largest timestamp in ms: the ``_watermark`` of the end of stream, and so
 Spark's watermark once a stage's input has ended (the protocol's +infinity,
 :data:`~controlmsg.core.messages.MAX_TIMESTAMP`, is no timestamp Spark can hold)."""
+
+_VERSIONS: Final = ("v1", "v2")
+_WEAKER: Final = ("or set option stageProgress to eventTime for the weaker rule (the watermark: the largest "
+                  "eventTime written minus allowedLateness; no end of stream by itself: call "
+                  "controlmsg.spark.end_stream after the query)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,24 +66,66 @@ def local_path(location: str) -> Path | None:
     return None
 
 
-def stage_progress(checkpoint: str | None, batch_id: int) -> StageProgress | None:
-    """The offset log's entry for ``batch_id`` under ``checkpoint``; ``None`` when there is no local
-    checkpoint or no such entry (nothing is assumed then: no stage watermark, no end of stream)."""
+def offset_log_dir(checkpoint: str | None, topic: str) -> Path:
+    """The local directory of the query's checkpoint, whose offset log the writer to ``topic`` reads.
+
+    Called when the query starts (the writer is made before its first micro-batch runs). Raises
+    :class:`~controlmsg.errors.CheckpointError`, one line naming the location, the reason and the option of
+    the weaker rule, when there is no ``checkpointLocation`` option or it is not on the driver's local file
+    system."""
+    where = f"writeStream.format('controlmsg') to topic {topic!r}"
     if checkpoint is None:
-        return None
+        raise CheckpointError(
+            f"{where}: no option checkpointLocation, and the writer reads the stage's watermark and whether its "
+            "input ended from the query's offset log there (Spark does not pass its default location, "
+            f"spark.sql.streaming.checkpointLocation, to a data source); set .option('checkpointLocation', DIR) "
+            f"on the query, {_WEAKER}")
     root = local_path(checkpoint)
     if root is None:
-        return None
+        raise CheckpointError(
+            f"{where}: checkpointLocation {checkpoint!r} is not on the driver's local file system (scheme "
+            f"{urlparse(checkpoint).scheme!r}), and the writer, a Python worker without Spark's Hadoop file "
+            "systems, reads the stage's watermark and whether its input ended from the query's offset log "
+            f"there; put the checkpoint on a local path or file: URI of the driver, {_WEAKER}")
+    return root
+
+
+def stage_progress(root: Path, batch_id: int, topic: str) -> StageProgress:
+    """The offset log's entry for ``batch_id`` under the local checkpoint directory ``root``.
+
+    Raises :class:`~controlmsg.errors.CheckpointError` naming the file when the entry is missing or
+    unreadable, or written in an offset log version this reader does not know: the writer never goes on
+    without knowing the stage's watermark and whether its input ended."""
+    path = root / "offsets" / str(batch_id)
+    where = f"writeStream.format('controlmsg') to topic {topic!r}: the query's offset log entry {str(path)!r}"
     try:
-        lines = (root / "offsets" / str(batch_id)).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
-    if len(lines) < 2 or lines[0] != "v1":
-        return None
-    watermark = int(json.loads(lines[1]).get("batchWatermarkMs", 0))
-    sources = lines[2:]
-    return StageProgress(watermark, bool(sources) and all(_ended(line) for line in sources),
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise CheckpointError(f"{where} cannot be read ({exc.strerror or exc}); Spark writes it before the "
+                              f"micro-batch runs, so the checkpoint is not where the writer looks, {_WEAKER}") from exc
+    if not lines or lines[0] not in _VERSIONS:
+        raise CheckpointError(f"{where} is of version {lines[0] if lines else '(empty)'!r}, this writer reads "
+                              f"{' and '.join(_VERSIONS)} (spark.sql.streaming.offsetLog.formatVersion 1 or 2), "
+                              f"{_WEAKER}")
+    try:
+        metadata = json.loads(lines[1]) if len(lines) > 1 else None
+        watermark = int(metadata.get("batchWatermarkMs", 0)) if isinstance(metadata, dict) else None
+    except (ValueError, TypeError):
+        watermark = None
+    if watermark is None:
+        raise CheckpointError(f"{where} has no metadata line with batchWatermarkMs, {_WEAKER}")
+    sources = [_offset(line, lines[0]) for line in lines[2:]]
+    return StageProgress(watermark, bool(sources) and all(_ended(offset) for offset in sources),
                          (root / "state").is_dir())
+
+
+def _offset(line: str, version: str) -> str:
+    """A source's offset in an offset log line: as it is in ``v1``; after ``<source id>:`` in ``v2``."""
+    if version == "v2":
+        source, sep, offset = line.partition(":")
+        if sep and source and not source.lstrip().startswith(("{", "-")):
+            return offset
+    return line
 
 
 def _ended(line: str) -> bool:

@@ -16,7 +16,10 @@ tasks: every task's records are committed, so on every partition before the roun
 * stream (``df.writeStream``), after every micro-batch: one watermark. When the query
   has an event-time watermark (``with_watermark``, or Spark's own ``withWatermark``), it is **the stage's
   watermark**: Spark's watermark in force in that micro-batch, read from the query's offset log, so a
-  stage over a controlmsg stream carries its input's reconciled watermark onward. Otherwise it is the
+  stage over a controlmsg stream carries its input's reconciled watermark onward. The offset log is read
+  on the driver's local file system only: a ``checkpointLocation`` elsewhere (``hdfs:``, ``s3a:``...) or
+  none is refused when the query starts, unless the option ``stageProgress`` is ``eventTime``, the weaker
+  rule below with no end by itself (:mod:`controlmsg.spark.query_log` says why). Otherwise it is the
   largest ``eventTime`` written so far minus ``allowedLateness`` (Spark's own rule for ``withWatermark``:
   event time is compared across partitions, because partition *i* of one micro-batch has nothing to do
   with partition *i* of the next). The number of writer partitions may change from one micro-batch to the
@@ -56,6 +59,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -80,9 +84,9 @@ from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
 from controlmsg.kafka.refusals import mark_reached
 from controlmsg.kafka.settings import worker_logging
 from controlmsg.kafka.writer import ControlWriter, fence_transactions
-from controlmsg.spark.options import WriteOptions
+from controlmsg.spark.options import STAGE_PROGRESS_OFFSET_LOG, WriteOptions
 from controlmsg.spark.progress import Progress
-from controlmsg.spark.query_log import END_OF_TIME_MS, query_id, stage_progress
+from controlmsg.spark.query_log import END_OF_TIME_MS, offset_log_dir, query_id, stage_progress
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -252,8 +256,12 @@ class StreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("controlmsg")``: see the module docstring. Created on the driver."""
 
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
-        # Spark makes a writer for every micro-batch: those after the end this query wrote are let through.
-        marker = _refuse_ended(opts, query_id(opts.checkpoint))  # before anything is created
+        # Made when the query starts, and again for every micro-batch: a checkpoint whose offset log the writer
+        # cannot read is refused before anything is created or written.
+        self.offset_log: Path | None = (offset_log_dir(opts.checkpoint, opts.topic)
+                                        if opts.stage_progress == STAGE_PROGRESS_OFFSET_LOG else None)
+        # Micro-batches after the end this query wrote are let through.
+        marker = _refuse_ended(opts, query_id(opts.checkpoint))
         self.ended = bool(marker and marker.get("ended"))
         self.plan = _plan(opts, schema)
 
@@ -278,7 +286,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         opts = self.plan.opts
-        stage = stage_progress(opts.checkpoint, batchId)
+        # stageProgress eventTime: no offset log, so no stage watermark and no end by itself (end_stream).
+        stage = None if self.offset_log is None else stage_progress(self.offset_log, batchId, opts.topic)
         # Ended input: a stateless stage ends with it; a stateful one once Spark's watermark is the end of time,
         # i.e. after the micro-batch that emitted its last windows (a plain input never gets there: end_stream).
         # Spark's watermark is 0 in a query's first micro-batch even when it has one: 0 says nothing for a

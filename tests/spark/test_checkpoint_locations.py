@@ -1,0 +1,130 @@
+"""A stage written on with ``writeStream.format("controlmsg")`` learns its watermark and the end of its input
+from its query's offset log. Where that log cannot be read, the query is refused when it starts, naming the
+location and the option of the weaker rule; it never carries on with a weaker rule unasked (the stage would
+end and its output would never get its end of stream). ``viewfs:`` mounted onto a local directory stands
+for any location that only Spark's Hadoop file systems reach (``hdfs:``, ``s3a:``...): Spark reads and
+writes it through Hadoop, Python cannot."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from controlmsg.kafka import ControlWriter
+from controlmsg.kafka.admin import partition_count
+from controlmsg.spark import end_stream, run_status
+from tests.spark.helpers import BASE_TS, options
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+ROWS = 40
+LAST_TS = BASE_TS + (ROWS - 1) * 60_000
+
+
+@pytest.fixture
+def ended_input(kafka_config: dict[str, Any], new_topic: Callable[..., str]) -> str:
+    """A topic holding one upstream task's run ``r1``: ``ROWS`` records a minute apart, then its end."""
+    topic = new_topic(2)
+    writer = ControlWriter(kafka_config, topic, task_name="t0", task_count=1, run_id="r1")
+    for i in range(ROWS):
+        ts = BASE_TS + i * 60_000
+        writer.send({"user": f"u{i % 3}", "ts": datetime.fromtimestamp(ts / 1000, UTC).isoformat()}, key=f"u{i % 3}")
+    writer.send_end_of_stream()
+    writer.flush()
+    writer.close()
+    return topic
+
+
+@pytest.fixture
+def viewfs(spark: SparkSession, tmp_path: Path) -> Iterator[str]:
+    """A ``viewfs://`` root mounted onto a local directory, in the session's Hadoop configuration."""
+    key = "fs.viewfs.mounttable.cm.link./stages"
+    (tmp_path / "mounted").mkdir()
+    spark.conf.set(key, (tmp_path / "mounted").as_uri())
+    try:
+        yield "viewfs://cm/stages"
+    finally:
+        spark.conf.unset(key)
+
+
+def start_stage(spark: SparkSession, servers: str, source: str, out: str, **more: str) -> StreamingQuery:
+    """A stateless stage: the input run ``r1`` of ``source`` onto run ``s1`` of ``out``, ``availableNow``."""
+    events = (spark.readStream.format("controlmsg").options(**options(source, servers, timeout="120"))
+              .schema("user string, ts timestamp").load())
+    return (events.writeStream.format("controlmsg").options(**options(out, servers, run="s1", **more))
+            .option("key", "user").option("eventTime", "ts").trigger(availableNow=True).start())
+
+
+def refusal(query: StreamingQuery) -> str:
+    with pytest.raises(StreamingQueryException) as failed:
+        query.awaitTermination(120)
+    return str(failed.value)
+
+
+def test_a_checkpoint_python_cannot_read_is_refused_when_the_query_starts(
+        spark: SparkSession, bootstrap_servers: str, kafka_config: dict[str, Any], ended_input: str,
+        viewfs: str) -> None:
+    out = f"out-{uuid.uuid4().hex[:8]}"
+    location = f"{viewfs}/stage"
+    query = start_stage(spark, bootstrap_servers, ended_input, out, checkpointLocation=location)
+    message = refusal(query)
+    assert f"checkpointLocation {location!r} is not on the driver's local file system (scheme 'viewfs')" in message
+    assert "set option stageProgress to eventTime for the weaker rule" in message
+    assert partition_count(kafka_config, out, 10) is None, "refused before anything was created"
+
+
+def test_a_query_without_the_checkpoint_option_is_refused(
+        spark: SparkSession, bootstrap_servers: str, ended_input: str, tmp_path: Path) -> None:
+    """Spark's default location (``spark.sql.streaming.checkpointLocation``) is not passed to a data
+    source: the writer cannot find the offset log and says so."""
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "default"))
+    try:
+        query = start_stage(spark, bootstrap_servers, ended_input, f"out-{uuid.uuid4().hex[:8]}")
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+    message = refusal(query)
+    assert "no option checkpointLocation" in message and "stageProgress" in message
+
+
+def test_stage_progress_event_time_takes_the_weaker_rule_and_ends_by_hand(
+        spark: SparkSession, bootstrap_servers: str, ended_input: str, new_topic: Callable[..., str],
+        viewfs: str) -> None:
+    out = new_topic(2)
+    query = start_stage(spark, bootstrap_servers, ended_input, out, checkpointLocation=f"{viewfs}/weaker",
+                        stageProgress="eventTime", allowedLateness="5m")
+    query.awaitTermination(180)
+    assert query.exception() is None
+    status = run_status(options(out, bootstrap_servers, run="s1"))
+    assert status is not None
+    assert status["watermark"] == LAST_TS - 5 * 60_000, "the largest eventTime minus allowedLateness"
+    assert not status.get("ended"), "no end of stream without the offset log"
+    assert end_stream(options(out, bootstrap_servers, run="s1")) == 1
+    ended = run_status(options(out, bootstrap_servers, run="s1"))
+    assert ended is not None and ended["ended"] is True
+
+
+def test_an_offset_log_of_version_2_is_read(
+        spark: SparkSession, bootstrap_servers: str, ended_input: str, new_topic: Callable[..., str],
+        tmp_path: Path) -> None:
+    """``spark.sql.streaming.offsetLog.formatVersion=2`` prefixes each source's offset with its id: the
+    stage still ends by itself."""
+    out, checkpoint = new_topic(2), tmp_path / "ck"
+    spark.conf.set("spark.sql.streaming.offsetLog.formatVersion", "2")
+    try:
+        query = start_stage(spark, bootstrap_servers, ended_input, out, checkpointLocation=str(checkpoint))
+        query.awaitTermination(180)
+    finally:
+        spark.conf.unset("spark.sql.streaming.offsetLog.formatVersion")
+    assert query.exception() is None
+    first = (checkpoint / "offsets" / "0").read_text().splitlines()
+    assert first[0] == "v2" and first[2].startswith("0:{"), first[:1] + first[2:]
+    status = run_status(options(out, bootstrap_servers, run="s1"))
+    assert status is not None and status["ended"] is True, status

@@ -1,0 +1,65 @@
+"""The offset log as the stream writer reads it: versions 1 and 2, and a named refusal for whatever it cannot
+read or does not know (never a silent ``None``). Spark's own files are exercised in
+tests/spark/test_checkpoint_locations.py; these are the cases Spark does not write on demand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from controlmsg.errors import CheckpointError
+from controlmsg.spark.query_log import StageProgress, offset_log_dir, stage_progress
+
+ENDED = json.dumps({"bookkeeping": {"streamEnded": True}})
+GOING = json.dumps({"bookkeeping": {"streamEnded": False}})
+
+
+def entry(root: Path, batch: int, *lines: str) -> None:
+    (root / "offsets").mkdir(exist_ok=True)
+    (root / "offsets" / str(batch)).write_text("\n".join(lines))
+
+
+@pytest.mark.parametrize(("version", "sources", "ended"), [
+    ("v1", [ENDED, ENDED], True),
+    ("v1", [ENDED, GOING], False),
+    ("v1", [ENDED, "-"], False),
+    ("v2", [f"0:{ENDED}", f"1:{ENDED}"], True),
+    ("v2", [f"0:{ENDED}", "1:-"], False),
+    ("v2", [f"src_a:{json.dumps({'envelope': 'none', 'ended': True})}"], True),
+])
+def test_versions_1_and_2(tmp_path: Path, version: str, sources: list[str], ended: bool) -> None:
+    entry(tmp_path, 3, version, json.dumps({"batchWatermarkMs": 1234}), *sources)
+    assert stage_progress(tmp_path, 3, "t") == StageProgress(1234, ended, False)
+
+
+def test_another_version_is_refused(tmp_path: Path) -> None:
+    entry(tmp_path, 0, "v3", json.dumps({"batchWatermarkMs": 0}), ENDED)
+    with pytest.raises(CheckpointError, match=r"of version 'v3', this writer reads v1 and v2 .*stageProgress"):
+        stage_progress(tmp_path, 0, "t")
+
+
+def test_a_missing_entry_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match=r"offsets/7' cannot be read .*stageProgress"):
+        stage_progress(tmp_path, 7, "t")
+
+
+def test_no_metadata_line_is_refused(tmp_path: Path) -> None:
+    entry(tmp_path, 0, "v1")
+    with pytest.raises(CheckpointError, match="no metadata line with batchWatermarkMs"):
+        stage_progress(tmp_path, 0, "t")
+
+
+@pytest.mark.parametrize("location", ["hdfs://nn:8020/ck", "s3a://bucket/ck", "abfss://c@a.dfs.core.windows.net/ck",
+                                      "gs://bucket/ck", "viewfs://cluster/ck", "myfs://anything"])
+def test_locations_only_hadoop_reaches_are_refused(location: str) -> None:
+    with pytest.raises(CheckpointError, match=rf"checkpointLocation '{location}' is not on the driver's local file"):
+        offset_log_dir(location, "t")
+
+
+def test_local_locations(tmp_path: Path) -> None:
+    assert offset_log_dir(str(tmp_path), "t") == tmp_path
+    assert offset_log_dir(tmp_path.as_uri(), "t") == tmp_path
+    with pytest.raises(CheckpointError, match="no option checkpointLocation"):
+        offset_log_dir(None, "t")
