@@ -71,6 +71,13 @@ def driver_transactional_id(topic: str, job: str, run_id: str) -> str:
     return transactional_id(topic, driver_task_name(job, run_id))
 
 
+def stage_transactional_id(topic: str, job: str, run_id: str) -> str:
+    """The transactional id (and marker group) of the stage rounds that a streaming write's driver program
+    writes for the driver (``stageProgress driver``, :mod:`controlmsg.spark.stage`): the driver's own
+    (:func:`driver_transactional_id`) with ``-stage``, so that they never fence the sink's commits."""
+    return f"{driver_transactional_id(topic, job, run_id)}-stage"
+
+
 def demo_topic(run_id: str) -> str:
     """The topic of a ``controlmsg demo`` run."""
     return f"controlmsg-demo-{run_id}"

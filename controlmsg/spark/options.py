@@ -26,8 +26,10 @@ or ``to_avro(...)`` made in the JVM, as ``format("kafka")`` takes its ``value`` 
 row's columns as one JSON object, made in Python). A stream writer reads its query's offset log under
 ``checkpointLocation`` (the option Spark passes to the sink) for the stage's watermark and the end of its
 input (see :mod:`controlmsg.spark.writing`); it must be on the driver's local file system, or the query is
-refused when it starts unless ``stageProgress`` is ``eventTime`` (the weaker rule: the largest
-``eventTime`` minus ``allowedLateness``, and an end of stream only by ``end_stream``).
+refused when it starts unless ``stageProgress`` is ``driver`` (the driver program follows the query with
+``controlmsg.spark.await_stage``, which writes the stage's watermark and end of stream from the query's
+progress: for a checkpoint anywhere) or ``eventTime`` (the weaker rule: the largest ``eventTime`` minus
+``allowedLateness``, and an end of stream only by ``end_stream``).
 
 Readers also take ``partitionsPerTask`` and ``maxTasks`` (how partitions are grouped into reading tasks:
 given either, groups of ``partitionsPerTask`` (default 1) partitions, fewer tasks than ``maxTasks``; given
@@ -67,6 +69,7 @@ from controlmsg.core.durations import parse_duration
 __all__ = [
     "DEFAULT_CORRUPT_COLUMN",
     "DEFAULT_PARTITIONS",
+    "STAGE_PROGRESS_DRIVER",
     "STAGE_PROGRESS_EVENT_TIME",
     "STAGE_PROGRESS_OFFSET_LOG",
     "BadRecordMode",
@@ -80,6 +83,10 @@ DEFAULT_PARTITIONS: Final = 4
 STAGE_PROGRESS_OFFSET_LOG: Final = "offsetLog"
 """``stageProgress offsetLog`` (the default): the stage's watermark and the end of its input from the query's
 offset log, under a ``checkpointLocation`` on the driver's local file system (:mod:`controlmsg.spark.query_log`)."""
+STAGE_PROGRESS_DRIVER: Final = "driver"
+"""``stageProgress driver``: for a checkpoint anywhere; the driver program follows the query's progress with
+:func:`controlmsg.spark.await_stage`, which writes the stage's watermark and its end of stream
+(:mod:`controlmsg.spark.stage`); the sink's commit writes no control message."""
 STAGE_PROGRESS_EVENT_TIME: Final = "eventTime"
 """``stageProgress eventTime``: the weaker rule, for a checkpoint elsewhere: the watermark is the largest
 ``eventTime`` written minus ``allowedLateness``, and the stream ends only by ``end_stream``."""
@@ -171,17 +178,17 @@ def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 def _stage_progress(opts: Mapping[str, str]) -> str:
-    """Option ``stageProgress``: ``offsetLog`` (default) or ``eventTime``, any case; ``eventTime`` needs the
+    """Option ``stageProgress``: ``offsetLog`` (default), ``driver`` or ``eventTime``, any case; ``eventTime`` needs the
     option ``eventTime`` (a rule on event times without a column to take them from would write no watermark)."""
     text = opts.get("stageprogress") or STAGE_PROGRESS_OFFSET_LOG
-    for rule in (STAGE_PROGRESS_OFFSET_LOG, STAGE_PROGRESS_EVENT_TIME):
+    for rule in (STAGE_PROGRESS_OFFSET_LOG, STAGE_PROGRESS_DRIVER, STAGE_PROGRESS_EVENT_TIME):
         if text.lower() == rule.lower():
             if rule == STAGE_PROGRESS_EVENT_TIME and not opts.get("eventtime"):
                 raise ValueError("option 'stageProgress' eventTime takes the watermark from the largest value of the "
                                  "option 'eventTime' column: name that column")
             return rule
-    raise ValueError(f"option 'stageProgress' must be {STAGE_PROGRESS_OFFSET_LOG} or {STAGE_PROGRESS_EVENT_TIME}, "
-                     f"got {text!r}")
+    raise ValueError(f"option 'stageProgress' must be {STAGE_PROGRESS_OFFSET_LOG}, {STAGE_PROGRESS_DRIVER} or "
+                     f"{STAGE_PROGRESS_EVENT_TIME}, got {text!r}")
 
 
 class BadRecordMode(Enum):
@@ -289,7 +296,8 @@ class WriteOptions:
     checkpoint: str | None = None
     stage_progress: str = STAGE_PROGRESS_OFFSET_LOG
     """Where a stream writer learns the stage's watermark and the end of its input:
-    :data:`STAGE_PROGRESS_OFFSET_LOG` or :data:`STAGE_PROGRESS_EVENT_TIME` (option ``stageProgress``)."""
+    :data:`STAGE_PROGRESS_OFFSET_LOG`, :data:`STAGE_PROGRESS_DRIVER` or :data:`STAGE_PROGRESS_EVENT_TIME`
+    (option ``stageProgress``)."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:

@@ -16,8 +16,9 @@ into the JVM, and so none into Spark's Hadoop file systems and their configurati
 ``abfss:``, ``gs:``, ``viewfs:``, a scheme of one's own). Rather than guess at a file system, or carry on
 with a weaker rule unasked (a stage whose end of stream never comes), the writer reads only a checkpoint on
 the driver's local file system (a plain path or ``file:``) and refuses any other location when the query
-starts (:func:`offset_log_dir`), naming the option that takes the weaker rule instead
-(``stageProgress eventTime``). Whatever it cannot read or does not know later (a missing entry, another
+starts (:func:`offset_log_dir`), naming the options that do without it: ``stageProgress driver`` (the
+driver program follows the query's progress, :mod:`controlmsg.spark.stage`: a checkpoint anywhere) and
+``stageProgress eventTime`` (the weaker rule). Whatever it cannot read or does not know later (a missing entry, another
 format version) is refused the same way (:func:`stage_progress`): nothing is ever assumed.
 """
 
@@ -31,7 +32,7 @@ from urllib.parse import unquote, urlparse
 
 from controlmsg.errors import CheckpointError
 
-__all__ = ["END_OF_TIME_MS", "StageProgress", "offset_log_dir", "query_id", "stage_progress"]
+__all__ = ["END_OF_TIME_MS", "StageProgress", "offset_ended", "offset_log_dir", "query_id", "stage_progress"]
 
 END_OF_TIME_MS: Final = 253_402_300_799_999
 """9999-12-31T23:59:59.999Z, Spark's largest timestamp in ms: the ``_watermark`` of the end of stream, and so
@@ -39,9 +40,10 @@ Spark's watermark once a stage's input has ended (the protocol's +infinity,
 :data:`~controlmsg.core.messages.MAX_TIMESTAMP`, is no timestamp Spark can hold)."""
 
 _VERSIONS: Final = ("v1", "v2")
-_WEAKER: Final = ("or set option stageProgress to eventTime for the weaker rule (the watermark: the largest "
-                  "eventTime written minus allowedLateness; no end of stream by itself: call "
-                  "controlmsg.spark.end_stream after the query)")
+_WEAKER: Final = ("or set option stageProgress to driver and wait on the query with "
+                  "controlmsg.spark.await_stage(query, options) (a checkpoint anywhere), or to eventTime for the "
+                  "weaker rule (the watermark: the largest eventTime written minus allowedLateness; no end of "
+                  "stream by itself: call controlmsg.spark.end_stream after the query)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +117,7 @@ def stage_progress(root: Path, batch_id: int, topic: str) -> StageProgress:
     if watermark is None:
         raise CheckpointError(f"{where} has no metadata line with batchWatermarkMs, {_WEAKER}")
     sources = [_offset(line, lines[0]) for line in lines[2:]]
-    return StageProgress(watermark, bool(sources) and all(_ended(offset) for offset in sources),
+    return StageProgress(watermark, bool(sources) and all(offset_ended(offset) for offset in sources),
                          (root / "state").is_dir())
 
 
@@ -128,7 +130,9 @@ def _offset(line: str, version: str) -> str:
     return line
 
 
-def _ended(line: str) -> bool:
+def offset_ended(line: str) -> bool:
+    """Whether a source's offset (its JSON text) says its input has ended: a controlmsg stream whose
+    bookkeeping has ``streamEnded``, or a plain topic's ``"ended": true``; any other offset has not."""
     if line.strip() in ("", "-"):
         return False
     try:

@@ -76,7 +76,13 @@ from pyspark.sql.types import (
 
 from controlmsg.core.codec import encode_json_rows, encode_user_rows
 from controlmsg.core.messages import MAX_TIMESTAMP, EndOfStreamMessage, WatermarkMessage
-from controlmsg.core.naming import driver_task_name, driver_transactional_id, task_name, transactional_id
+from controlmsg.core.naming import (
+    driver_task_name,
+    driver_transactional_id,
+    stage_transactional_id,
+    task_name,
+    transactional_id,
+)
 from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import ControlMsgError
 from controlmsg.kafka.admin import create_topic, partition_count
@@ -84,7 +90,7 @@ from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
 from controlmsg.kafka.refusals import mark_reached
 from controlmsg.kafka.settings import worker_logging
 from controlmsg.kafka.writer import ControlWriter, fence_transactions
-from controlmsg.spark.options import STAGE_PROGRESS_OFFSET_LOG, WriteOptions
+from controlmsg.spark.options import STAGE_PROGRESS_DRIVER, STAGE_PROGRESS_OFFSET_LOG, WriteOptions
 from controlmsg.spark.progress import Progress
 from controlmsg.spark.query_log import END_OF_TIME_MS, offset_log_dir, query_id, stage_progress
 
@@ -94,7 +100,7 @@ if TYPE_CHECKING:
 # pyarrow (and pyarrow.compute, the slowest of all to import) is imported in the task functions that use it,
 # not here: the driver's short-lived Python workers that unpickle the writer to call commit() need neither.
 
-__all__ = ["BatchWriter", "StreamWriter", "TaskCommit", "end_stream", "run_status"]
+__all__ = ["BatchWriter", "StreamWriter", "TaskCommit", "end_stream", "run_status", "upstream_of"]
 
 _BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
 _QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
@@ -181,7 +187,7 @@ def _refuse_ended(opts: WriteOptions, query: str | None = None) -> dict[str, Any
     return marker
 
 
-def _upstream(opts: WriteOptions, committed: Mapping[str, Any] | None) -> tuple[str, int, bool]:
+def upstream_of(opts: WriteOptions, committed: Mapping[str, Any] | None) -> tuple[str, int, bool]:
     """The driver's ``taskName``, the generation of its rounds, and whether that generation starts now: the
     committed generation, or the next one when an earlier version of this writer started the run (its
     marker has no ``"upstream": "driver"``: each write task was an upstream task, with its own control
@@ -219,7 +225,7 @@ class BatchWriter(DataSourceArrowWriter):
         def plan(committed: dict[str, Any] | None) -> Round | None:
             if committed is not None and committed.get("ended"):
                 return None
-            name, generation, _ = _upstream(opts, committed)
+            name, generation, _ = upstream_of(opts, committed)
             marker = {"upstream": _DRIVER, "taskCount": 1, "generation": generation, "ended": True,
                       "writeTasks": tasks, "rows": rows, "maxEventTime": _max_time(commits)}
             return [EndOfStreamMessage(name, 1, opts.run_id, generation=generation)], marker
@@ -286,8 +292,10 @@ class StreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         opts = self.plan.opts
-        # stageProgress eventTime: no offset log, so no stage watermark and no end by itself (end_stream).
+        # stageProgress eventTime: no offset log, so no stage watermark and no end by itself (end_stream);
+        # stageProgress driver: the driver program writes both (controlmsg.spark.stage), this commit neither.
         stage = None if self.offset_log is None else stage_progress(self.offset_log, batchId, opts.topic)
+        by_driver = opts.stage_progress == STAGE_PROGRESS_DRIVER
         # Ended input: a stateless stage ends with it; a stateful one once Spark's watermark is the end of time,
         # i.e. after the micro-batch that emitted its last windows (a plain input never gets there: end_stream).
         # Spark's watermark is 0 in a query's first micro-batch even when it has one: 0 says nothing for a
@@ -314,7 +322,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
                 if commits:
                     _check_same_stream(opts, committed, query)
                 previous = committed.get("watermark")
-            name, generation, switch = _upstream(opts, committed)
+            name, generation, switch = upstream_of(opts, committed)
             slots = int((committed or {}).get("taskSlots", (committed or {}).get("writeTasks", 0)) or 0)
             if commits and len(commits) < slots and (committed or {}).get("queryRun") != run:
                 # The first micro-batch of a new start of the query, with fewer write tasks than the query had
@@ -324,10 +332,14 @@ class StreamWriter(DataSourceStreamArrowWriter):
                 fence_transactions(dict(opts.config), [transactional_id(opts.topic, task_name(opts.job, opts.run_id, i))
                                                        for i in range(len(commits), slots)], opts.timeout)
                 slots = len(commits)
+            tops = [t for t in (top, (committed or {}).get("maxEventTime")) if t is not None]
             status = {"upstream": _DRIVER, "taskCount": 1, "generation": generation, "batch": batchId,
                       "writeTasks": len(commits), "taskSlots": max(slots, len(commits)), "watermark": previous,
                       "queryId": query or (committed or {}).get("queryId"),
-                      "queryRun": run or (committed or {}).get("queryRun")}
+                      "queryRun": run or (committed or {}).get("queryRun"),
+                      "maxEventTime": max(tops) if tops else None}
+            if by_driver:
+                return [], status  # the marker alone: the driver program's rounds take its maxEventTime
             if ending:
                 return [EndOfStreamMessage(name, 1, opts.run_id, generation=generation)], {**status, "ended": True}
             mark = previous
@@ -372,6 +384,8 @@ def end_stream(options: Mapping[str, str]) -> int:
     from controlmsg.kafka.admin import wait_for_topic
 
     opts = WriteOptions.parse(options)
+    if (run_status(opts) or {}).get("endedBy") == "stage":
+        return 1  # ended by the driver program's stage round (stageProgress driver)
     config = dict(opts.config)
     partitions = wait_for_topic(config, opts.topic, opts.timeout)
     counted: list[int] = []
@@ -383,7 +397,7 @@ def end_stream(options: Mapping[str, str]) -> int:
         if committed.get("ended"):
             counted.append(int(committed["taskCount"]))
             return None
-        name, generation, _ = _upstream(opts, committed)
+        name, generation, _ = upstream_of(opts, committed)
         counted.append(1)
         return ([EndOfStreamMessage(name, 1, opts.run_id, generation=generation)],
                 {**committed, "upstream": _DRIVER, "taskCount": 1, "generation": generation, "ended": True})
@@ -399,11 +413,21 @@ def run_status(options: WriteOptions | Mapping[str, str]) -> dict[str, Any] | No
     commit, else ``{"upstream": "driver", "taskCount": 1, "generation", "ended", "writeTasks", ...}``
     (``taskCount`` the run's upstream tasks on the wire, the driver alone; ``writeTasks`` the Spark tasks
     that wrote records: of the write, or of the last micro-batch; a batch write adds ``rows`` and
-    ``maxEventTime``; a stream the last ``batch``, its ``watermark`` and ``queryId``)."""
+    ``maxEventTime``; a stream the last ``batch``, its ``watermark``, ``queryId`` and ``maxEventTime``). With
+    ``stageProgress driver`` in ``options``, a run that the driver program's stage round ended
+    (:mod:`controlmsg.spark.stage`) says ``"ended": true, "endedBy": "stage"``."""
     opts = options if isinstance(options, WriteOptions) else WriteOptions.parse(options)
     group = driver_transactional_id(opts.topic, opts.job, opts.run_id)
     with MarkerStore(dict(opts.config), group, opts.topic, opts.timeout) as store:
-        return store.load()
+        marker = store.load()
+    if marker is not None and not marker.get("ended") and opts.stage_progress == STAGE_PROGRESS_DRIVER:
+        # The stage rounds of a driver program (controlmsg.spark.stage) may have ended the run.
+        with MarkerStore(dict(opts.config), stage_transactional_id(opts.topic, opts.job, opts.run_id), opts.topic,
+                         opts.timeout) as store:
+            stage = store.load()
+        if stage is not None and stage.get("ended"):
+            marker = {**marker, "ended": True, "endedBy": "stage"}
+    return marker
 
 
 # ---------------------------------------------------------------------------------------------- tasks

@@ -7,23 +7,29 @@ writes it through Hadoop, Python cannot."""
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from controlmsg.kafka import ControlWriter
 from controlmsg.kafka.admin import partition_count
-from controlmsg.spark import end_stream, run_status
+from controlmsg.spark import WATERMARK_COLUMNS, await_stage, end_stream, run_status, with_watermark
 from tests.spark.helpers import BASE_TS, options
+from tests.spark.test_event_time import OUT_SCHEMA, T0, TASKS, Upstream, hourly, upstream, wait_for
+from tests.spark.topic_dump import count_by, dump_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+__all__ = ["upstream"]  # the fixture of tests/spark/test_event_time.py
 
 ROWS = 40
 LAST_TS = BASE_TS + (ROWS - 1) * 60_000
@@ -77,7 +83,8 @@ def test_a_checkpoint_python_cannot_read_is_refused_when_the_query_starts(
     query = start_stage(spark, bootstrap_servers, ended_input, out, checkpointLocation=location)
     message = refusal(query)
     assert f"checkpointLocation {location!r} is not on the driver's local file system (scheme 'viewfs')" in message
-    assert "set option stageProgress to eventTime for the weaker rule" in message
+    assert "set option stageProgress to driver and wait on the query with controlmsg.spark.await_stage" in message
+    assert "or to eventTime for the weaker rule" in message
     assert partition_count(kafka_config, out, 10) is None, "refused before anything was created"
 
 
@@ -128,3 +135,74 @@ def test_an_offset_log_of_version_2_is_read(
     assert first[0] == "v2" and first[2].startswith("0:{"), first[:1] + first[2:]
     status = run_status(options(out, bootstrap_servers, run="s1"))
     assert status is not None and status["ended"] is True, status
+
+
+def test_stage_progress_driver_ends_a_stage_on_a_checkpoint_anywhere(
+        spark: SparkSession, bootstrap_servers: str, ended_input: str, new_topic: Callable[..., str],
+        viewfs: str) -> None:
+    """A stateless stage: its driver program's ``await_stage`` writes the end of stream once the input
+    ended, from the query's progress alone."""
+    out = new_topic(2)
+    opts = options(out, bootstrap_servers, run="s1", stageProgress="driver")
+    query = start_stage(spark, bootstrap_servers, ended_input, out, checkpointLocation=f"{viewfs}/driver",
+                        stageProgress="driver")
+    assert await_stage(query, opts, timeout=180) is True
+    status = run_status(opts)
+    assert status is not None and status["ended"] is True and status["endedBy"] == "stage"
+    assert status["maxEventTime"] == LAST_TS
+    assert end_stream(opts) == 1, "ending it again by hand changes nothing"
+    wire = dump_topic({"bootstrap.servers": bootstrap_servers}, out)
+    assert sum(1 for r in wire if r.kind == "data") == ROWS
+    assert count_by(wire, "eos") == {(0, "spark-s1-driver"): 1, (1, "spark-s1-driver"): 1}
+
+
+def test_two_stages_on_hadoop_checkpoints_carry_the_watermark_and_the_end_of_stream(
+        spark: SparkSession, bootstrap_servers: str, upstream: tuple[Upstream, str], new_topic: Callable[..., str],
+        viewfs: str, tmp_path: Path) -> None:
+    """The two hops of tests/spark/test_event_time.py, hop 1 with its checkpoint on viewfs and
+    ``stageProgress driver``: hop 2 gets hop 1's reconciled watermark and its end of stream, and every window."""
+    up, topic = upstream
+    middle = new_topic(3)
+    opts = options(middle, bootstrap_servers, run="h1", timeout="300", stageProgress="driver")
+    for task in TASKS:
+        up.records(task, range(TASKS.index(task), 150, 5))
+        up.watermark(task, 150)
+    hop1 = (hourly(spark, topic, bootstrap_servers)
+            .select(F.col("window.start").alias("start"), F.col("window.end").alias("end"), "user", "n", "total")
+            .writeStream.format("controlmsg").options(**opts).option("key", "user").option("eventTime", "end")
+            .option("checkpointLocation", f"{viewfs}/hop1").trigger(availableNow=True).start())
+    results = (spark.readStream.format("controlmsg")
+               .options(**options(middle, bootstrap_servers, run="h1", timeout="300"))
+               .schema(f"start timestamp, end timestamp, user string, n long, total long, {WATERMARK_COLUMNS}").load())
+    out = tmp_path / "out"
+    hop2 = (with_watermark(results, "end").groupBy(F.window("end", "3 hours"), "user")
+            .agg(F.sum("n").alias("n"), F.sum("total").alias("total"))
+            .writeStream.outputMode("append").format("parquet").option("path", str(out))
+            .option("checkpointLocation", str(tmp_path / "ck2")).trigger(availableNow=True).start())
+    ended: list[bool] = []
+    follower = threading.Thread(target=lambda: ended.append(await_stage(hop1, opts, timeout=240)))
+    follower.start()
+    try:
+        # Hop 2's watermark is hop 1's input's reconciled watermark (02:30), from await_stage's rounds.
+        wait_for(lambda: any(p["eventTime"].get("watermark") == "2026-01-01T02:30:00.000Z"
+                             for p in hop2.recentProgress), 120, "hop 1's watermark in hop 2")
+        for task in TASKS:
+            up.records(task, range(150 + TASKS.index(task), 300, 5))
+        up.end()
+        follower.join(240)
+        assert ended == [True]
+        hop2.awaitTermination(180)
+        assert not hop2.isActive and hop2.exception() is None, "the end of stream passed through hop 1"
+    finally:
+        for q in (hop1, hop2):
+            q.stop()
+    wire = dump_topic({"bootstrap.servers": bootstrap_servers}, middle)
+    marks = [r.value.timestamp for r in wire if r.kind == "watermark" and r.partition == 0]
+    assert marks and marks == sorted(marks) and marks[-1] >= int(T0.timestamp() * 1000) + 150 * 60_000, marks
+    assert count_by(wire, "eos") == {(p, "spark-h1-driver"): 1 for p in range(3)}
+    want: Counter[tuple[datetime, str]] = Counter()
+    for (start, user), n in up.expected().items():
+        end = start + timedelta(hours=1)
+        want[(end.replace(hour=end.hour - end.hour % 3), user)] += n
+    got = {(r["window"]["start"], r["user"]): r["n"] for r in spark.read.schema(OUT_SCHEMA).parquet(str(out)).collect()}
+    assert got == dict(want)

@@ -1,0 +1,186 @@
+"""A stage's watermark and end of stream from its driver: :func:`await_stage`, for a checkpoint anywhere.
+
+A ``writeStream.format("controlmsg")`` query passes on the stage's watermark (Spark's, in force in each
+micro-batch) and ends its stream once its input has ended. By default its sink reads both from the query's
+offset log (:mod:`controlmsg.spark.query_log`), which it can do only on the driver's local file system. A
+stage whose checkpoint is on cluster storage (``hdfs:``, ``s3a:``, ``abfss:``, ``gs:``, ``viewfs:``...)
+takes the option ``stageProgress driver`` instead, and its driver program waits on the query with
+:func:`await_stage` where it would call ``awaitTermination``. Then:
+
+* the sink's tasks write their records exactly once, and its ``commit`` writes no control message, only
+  its marker (the micro-batch, the query, the largest ``eventTime`` written so far);
+* :func:`await_stage` follows the query's progress, which Spark reports after each micro-batch has
+  committed, in the same terms as the offset log (``batchId``; ``eventTime.watermark``, Spark's watermark
+  in force in it; each source's ``endOffset``, a controlmsg source's holding ``streamEnded``; its
+  ``stateOperators``), and writes the **stage round** of the latest micro-batch it has not written yet: the
+  stage's watermark (Spark's; or, for a query without one, the largest ``eventTime`` minus
+  ``allowedLateness``), or the end of stream once every source has ended and, for a query that keeps state,
+  Spark's watermark is the end of time. So nothing depends on where the checkpoint is, or on Spark's
+  file formats: the progress is Spark's public API, the same on a classic and a Spark Connect session.
+
+The rounds are the driver's (``taskName`` ``<job>-<runId>-driver``, ``taskCount`` 1), in one transaction
+each with a marker of their own (transactional id: the driver's with ``-stage``), so a round is written
+once, and the watermark never goes back, whatever the process that writes it: a driver restarted after
+``kill -9`` goes on from the last round committed. Skipping micro-batches loses nothing (each round says
+all there is to say up to its micro-batch), so the progress is polled, not every event heard.
+
+One case is left to the user: a driver killed after the last micro-batch committed and before its end of
+stream was written, then started again, finds nothing left to run and so no progress to end on;
+:func:`await_stage` then raises :class:`StageNotEnded`, which says to check the input and call
+:func:`~controlmsg.spark.writing.end_stream`: what it cannot know, it does not guess.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from controlmsg.core.messages import MAX_TIMESTAMP, EndOfStreamMessage, WatermarkMessage
+from controlmsg.core.naming import stage_transactional_id
+from controlmsg.core.watermarks import WatermarkPolicy
+from controlmsg.errors import ControlMsgError
+from controlmsg.kafka.admin import wait_for_topic
+from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
+from controlmsg.spark.options import STAGE_PROGRESS_DRIVER, WriteOptions
+from controlmsg.spark.query_log import END_OF_TIME_MS, StageProgress, offset_ended
+from controlmsg.spark.writing import run_status, upstream_of
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
+
+__all__ = ["StageNotEnded", "await_stage", "progress_of", "stage_status", "write_stage_round"]
+
+_POLL_S: Final = 0.25
+
+
+class StageNotEnded(ControlMsgError):
+    """The query terminated without a micro-batch after which its input had ended, so :func:`await_stage`
+    wrote no end of stream."""
+
+
+def progress_of(progress: Mapping[str, Any]) -> StageProgress:
+    """The stage's facts in one ``StreamingQueryProgress`` (a classic or a Connect one, or its JSON as a
+    dict): Spark's watermark in force (0 when the query has none), whether every source had ended, and
+    whether the query keeps state."""
+    mark = (progress.get("eventTime") or {}).get("watermark")
+    sources = progress.get("sources") or []
+    ends = [source.get("endOffset") for source in sources]
+    return StageProgress(_epoch_ms(mark) if mark else 0,
+                         bool(ends) and all(offset_ended(_as_text(end)) for end in ends),
+                         bool(progress.get("stateOperators")))
+
+
+def stage_status(options: WriteOptions | Mapping[str, str]) -> dict[str, Any] | None:
+    """The last stage round committed for the run (``batch``, ``watermark``, ``ended``, ``queryId``), or
+    ``None`` before the first."""
+    opts = options if isinstance(options, WriteOptions) else WriteOptions.parse(options)
+    with MarkerStore(dict(opts.config), _txn(opts), opts.topic, opts.timeout) as store:
+        return store.load()
+
+
+def write_stage_round(options: WriteOptions | Mapping[str, str], progress: Mapping[str, Any]) -> dict[str, Any]:
+    """Write the stage round of the micro-batch ``progress`` reports, unless a round of it or of a later one
+    is in (then nothing). Returns the stage marker committed now or found. Raises
+    :class:`~controlmsg.errors.ControlMsgError` when the query's sink was not started with ``stageProgress
+    driver`` on this run, and :class:`~controlmsg.errors.DeliveryError` when Kafka refuses."""
+    opts = options if isinstance(options, WriteOptions) else WriteOptions.parse(options)
+    if opts.stage_progress != STAGE_PROGRESS_DRIVER:
+        raise ControlMsgError(f"topic {opts.topic!r} run {opts.run_id!r}: await_stage follows a query whose "
+                              f"writeStream.format('controlmsg') has option stageProgress {STAGE_PROGRESS_DRIVER}; "
+                              "give the query's own options")
+    batch = int(progress["batchId"])
+    facts = progress_of(progress)
+    config = dict(opts.config)
+    partitions = wait_for_topic(config, opts.topic, opts.timeout)
+    found: list[dict[str, Any]] = []
+
+    def plan(committed: dict[str, Any] | None) -> Round | None:
+        if committed is not None and (committed.get("ended") or int(committed.get("batch", -1)) >= batch):
+            found.append(committed)
+            return None
+        sink = run_status(opts)  # the sink's own marker: its query, its largest eventTime; an end_stream by hand
+        if sink is None or sink.get("queryId") != str(progress.get("id")):
+            raise ControlMsgError(
+                f"topic {opts.topic!r} run {opts.run_id!r}: no micro-batch of query {progress.get('id')} was "
+                f"committed by a controlmsg sink with these options (the sink's marker names query "
+                f"{None if sink is None else sink.get('queryId')}); await_stage needs the query's own options")
+        if sink.get("ended"):
+            found.append({**(committed or {}), "ended": True})
+            return None
+        name, generation, _ = upstream_of(opts, sink)
+        previous = None if committed is None else committed.get("watermark")
+        marker = {"batch": batch, "queryId": sink["queryId"], "watermark": previous, "generation": generation}
+        if facts.inputs_ended and (facts.watermark == END_OF_TIME_MS or not facts.stateful):
+            found.append({**marker, "ended": True})
+            return [EndOfStreamMessage(name, 1, opts.run_id, generation=generation)], found[-1]
+        top = sink.get("maxEventTime")
+        candidate = (min(facts.watermark, MAX_TIMESTAMP - 1) if facts.watermark > 0 else
+                     WatermarkPolicy(opts.allowed_lateness_ms).watermark_for(int(top)) if top is not None else None)
+        mark = previous if candidate is None else candidate if previous is None else max(previous, candidate)
+        found.append({**marker, "watermark": mark})
+        if mark is None or mark == previous:
+            return [], found[-1]
+        return [WatermarkMessage(name, 1, mark, opts.run_id, generation=generation)], found[-1]
+
+    write_control_round(config, opts.topic, partitions, plan, transactional_id=_txn(opts), timeout=opts.timeout)
+    return found[-1]
+
+
+def await_stage(query: StreamingQuery, options: Mapping[str, str], *, timeout: float | None = None) -> bool:
+    """Wait for ``query`` to terminate, as ``query.awaitTermination()`` does, writing its stage rounds as its
+    micro-batches commit (see the module docstring); call it in the driver program in place of
+    ``awaitTermination``. ``options``: the options given to the query's ``writeStream.format("controlmsg")``
+    (with ``stageProgress driver``).
+
+    Blocks until the query has terminated and the round of its last micro-batch is written, or ``timeout``
+    seconds have passed (the query still running, as with ``awaitTermination(timeout)``). Returns whether
+    the stream has ended (a query stopped before its input ended has not). Raises the query's own exception
+    when it failed (after writing the rounds of what it committed); :class:`StageNotEnded` when it
+    terminated without running a micro-batch and its stream has not ended, since then nothing says whether
+    its input ended (see the module docstring); :class:`~controlmsg.errors.DeliveryError` when Kafka
+    refuses a round."""
+    opts = WriteOptions.parse(options)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    written = -1
+    while True:
+        active = query.isActive
+        progress = query.lastProgress
+        if progress is not None and int(progress["batchId"]) > written:
+            written = int(progress["batchId"])
+            if write_stage_round(opts, progress).get("ended"):
+                break
+        if not active:
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(_POLL_S)
+    query.awaitTermination()  # raises the query's exception, if any
+    status = stage_status(opts)
+    ended = bool((status or {}).get("ended"))
+    if not ended and written < 0:
+        raise StageNotEnded(
+            f"topic {opts.topic!r} run {opts.run_id!r}: query {query.id} terminated without running a micro-batch, "
+            "so nothing says whether its input has ended (a driver killed after its last micro-batch and "
+            "started again has nothing left to run); if it has, end the stream with "
+            "controlmsg.spark.end_stream(options)")
+    return ended
+
+
+def _txn(opts: WriteOptions) -> str:
+    return stage_transactional_id(opts.topic, opts.job, opts.run_id)
+
+
+def _as_text(offset: Any) -> str:
+    if offset is None:
+        return "-"
+    return offset if isinstance(offset, str) else orjson.dumps(offset).decode()
+
+
+def _epoch_ms(iso: str) -> int:
+    """Spark's progress timestamps (``2026-01-01T02:30:00.000Z``) in ms since the epoch."""
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+
