@@ -10,8 +10,11 @@ The contract (docs/STREAMING.md, "Running the streaming chain" and "Stopping"):
   already ended when the signal came exits 0 as usual. A restart with the same ``--run-id`` resumes at
   the last commit, so nothing is lost or doubled.
 * A second signal stops at once (the tasks are cancelled, as a ``kill`` would; still nothing partial).
-* Bounds: tasks that have not returned :data:`STOP_GRACE_S` after the stop request are cancelled, and
-  the process exits :data:`HARD_LIMIT_S` after the first signal whatever it was doing.
+* Bounds: tasks that have not returned :data:`STOP_GRACE_S` after the stop request are cancelled and
+  their transactional ids fenced (which aborts their open transactions; the stop names them), and the
+  process exits :data:`HARD_LIMIT_S` after the first signal whatever it was doing.
+* A stop record that cannot be written is not a clean stop: the tasks are cancelled and fenced at once
+  and the job fails with :class:`StopFailed` (exit 1), naming the stop topic and the reason.
 
 How the stop reaches the tasks: the driver (the job's own process) receives the signal; its tasks run
 in Python workers, possibly on other machines, and already talk to Kafka, so the driver writes a stop
