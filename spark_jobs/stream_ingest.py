@@ -109,7 +109,8 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
             generation=generation)
         return asdict(summary)
 
-    summaries = run_long_running_tasks(spark, tasks, body, stop)
+    ids = [transactional_id(topic, task_name("ingest", run_id, i)) for i in range(tasks)]
+    summaries = run_long_running_tasks(spark, tasks, body, stop, transactional_ids=ids)
     records = sum(s["records"] for s in summaries)
     rejected = sum(s["rejects"] for s in summaries)
     log.info("%d records written, %d rejected (in %s)", records, rejected, rejects_topic)

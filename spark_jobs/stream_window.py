@@ -53,6 +53,7 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
 
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
     """The job's work in an existing Spark session; returns its summary."""
+    from controlmsg.core.naming import task_name, transactional_id
     from controlmsg.kafka.admin import create_topic, topic_settings_from_args
     from controlmsg.streaming import (
         StopChannel,
@@ -88,7 +89,9 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
             sums=sums, commit_interval_s=interval, stop=stopped)
         return asdict(summary)
 
-    summaries = run_long_running_tasks(spark, tasks, body, stop)
+    # Fenced if the tasks must be cancelled during a stop (their open transactions are aborted at once).
+    ids = [transactional_id(output_topic, task_name("window", run_id, i)) for i in range(tasks)]
+    summaries = run_long_running_tasks(spark, tasks, body, stop, transactional_ids=ids)
     log.info("tasks ended: %s", summaries)
     return {"tasks": summaries}
 

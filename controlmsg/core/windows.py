@@ -118,12 +118,18 @@ class WindowChanges:
     closed: list[tuple[int, str]]
 
 
+def _not_a_number(field: str, value: Any) -> str | None:
+    """Why ``value`` cannot be summed in ``field`` (``None``: it can; ``None`` itself is not asked about)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"sum field {field!r} must be an int or a float (or None), got {type(value).__name__} {value!r:.60}"
+    return None
+
+
 def _number(field: str, value: Any) -> int | float:
     """A sum field's value as an int or a float: ``TypeError`` naming ``field`` for anything else."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(
-            f"sum field {field!r} must be an int or a float (or None), got {type(value).__name__} {value!r:.60}"
-        )
+    problem = _not_a_number(field, value)
+    if problem is not None:
+        raise TypeError(problem)
     return int(value) if isinstance(value, int) else float(value)
 
 
@@ -244,6 +250,33 @@ class TumblingWindows:
         return event_time - event_time % self._size
 
     # ---------------------------------------------------------------- transitions
+
+    def check(self, key: Any, event_time: Any, values: Mapping[str, Any] = _NO_VALUES) -> str | None:
+        """Why :meth:`add` would refuse this record for a fault of the record itself, or ``None`` when it
+        would take it. Pure: changes nothing, raises nothing.
+
+        The faults are :meth:`add`'s ``TypeError`` and ``ValueError`` cases that depend on the record: an
+        event time that is not an int or whose window leaves the 64-bit range, a key that is not a string
+        or not valid UTF-8, a sum field that is neither ``None`` nor an int or float. Unlike :meth:`add`,
+        a record whose window has closed is checked too (a malformed record is malformed, late or not).
+        Contract: after ``check`` returned ``None``, ``add`` with the same arguments raises only once the
+        operator has ended, so a caller can tell bad input (``check``) from its own mistakes (``add``)."""
+        if type(event_time) is not int or not self._lo <= event_time <= self._hi:
+            return str(self._bad_time(event_time))
+        if not isinstance(key, str):
+            return f"a window key must be a string, got {type(key).__name__} {key!r:.60}"
+        if not key.isascii():
+            try:
+                key.encode("utf-8")
+            except UnicodeEncodeError:
+                return f"a window key must be valid UTF-8, got {key!r:.60}"
+        for field in self._fields:
+            value = values.get(field)
+            if value is not None and type(value) is not int and type(value) is not float:
+                problem = _not_a_number(field, value)
+                if problem is not None:
+                    return problem
+        return None
 
     def add(self, key: str, event_time: int, values: Mapping[str, Any] = _NO_VALUES) -> LateRecord | None:
         """Add one record: its ``key``, ``event_time`` (epoch ms) and the ``values`` of its fields.

@@ -13,7 +13,6 @@ id and Read on its group.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -24,6 +23,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from controlmsg.core.codec import encode_control
 from controlmsg.core.messages import ControlMessage
 from controlmsg.errors import DeliveryError
+from controlmsg.kafka.aborts import abort_or_fence
 from controlmsg.kafka.refusals import check_client, denied
 from controlmsg.kafka.retry import init_transactions, is_retriable, retrying_transaction
 from controlmsg.kafka.settings import for_client
@@ -154,9 +154,9 @@ def write_control_round(
             store.add(producer, marker)
             retrying_transaction(producer.commit_transaction, timeout=timeout)
         except (KafkaException, DeliveryError) as exc:
-            # Abort now: an open transaction would hold read_committed readers back until it timed out.
-            with contextlib.suppress(KafkaException):
-                producer.abort_transaction(10.0)
+            # Abort now: an open transaction would hold read_committed readers back until it timed out
+            # (transactionTimeoutMs, 600 s for the Spark writes). A failed abort fences the id or is logged.
+            abort_or_fence(producer, conf, topic, timeout=10.0)
             if isinstance(exc, DeliveryError):
                 raise
             raise DeliveryError(f"cannot commit control messages to topic {topic!r}: {exc.args[0]}") from exc

@@ -24,6 +24,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from controlmsg.core.codec import encode_control, encode_json, encode_user
 from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
 from controlmsg.errors import DeliveryError
+from controlmsg.kafka.aborts import abort_or_fence
 from controlmsg.kafka.admin import wait_for_topic
 from controlmsg.kafka.refusals import check_client, denied
 from controlmsg.kafka.retry import init_transactions, retrying_transaction
@@ -344,11 +345,21 @@ class ControlWriter:
             retrying_transaction(self._producer.abort_transaction, timeout=timeout)
             self._producer.begin_transaction()
 
+    def abort_or_fence(self, timeout: float = 10.0) -> bool:
+        """Transactional writers, while failing: abort what was sent since the last commit and never raise;
+        when the abort fails, fence this writer's transactional id so that the transaction does not stay open
+        and hold ``read_committed`` readers back, and log what happened
+        (:func:`~controlmsg.kafka.aborts.abort_or_fence`). Returns whether the transaction is known to be
+        ended. The writer is done afterwards (no new transaction is opened). Non-transactional: ``True``."""
+        if not self._transactional:
+            return True
+        return abort_or_fence(self._producer, self._conf, self.topic, timeout=timeout)
+
     def __enter__(self) -> ControlWriter:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
             self.close()
-        elif self._transactional:
-            self._producer.abort_transaction(10.0)
+        else:  # the exception on its way out is what matters; a failed abort is logged, not raised
+            self.abort_or_fence(10.0)

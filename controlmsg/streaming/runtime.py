@@ -18,13 +18,20 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from pyspark.sql import SparkSession
 
 from controlmsg.streaming.log import job_logger
-from controlmsg.streaming.stopping import STOP_GRACE_S, StopChannel, StopRequested, installed
+from controlmsg.streaming.stopping import (
+    STOP_GRACE_S,
+    StopChannel,
+    StopFailed,
+    StopRequested,
+    installed,
+    signal_name,
+)
 
 __all__ = ["Body", "partition_groups", "run_long_running_tasks", "slot_groups"]
 
@@ -133,7 +140,8 @@ def _wedged(task: int, quiet_s: float) -> None:
 
 
 def run_long_running_tasks(spark: SparkSession, n: int, body: Body, stop: StopChannel | None = None,
-                           stall_limit_s: float = STALL_LIMIT_S) -> list[dict[str, Any]]:
+                           stall_limit_s: float = STALL_LIMIT_S,
+                           transactional_ids: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Run ``body(0, stop) ... body(n-1, stop)``, all at once, until all return; return their summaries
     in task order.
 
@@ -146,11 +154,17 @@ def run_long_running_tasks(spark: SparkSession, n: int, body: Body, stop: StopCh
 
     Graceful stop: when the process has a :class:`~controlmsg.streaming.stopping.Stopper` installed and
     ``stop`` is given, a signal makes this write the stop record (the tasks' ``stop()`` then turns true at
-    their next turn); tasks still running :data:`~controlmsg.streaming.stopping.STOP_GRACE_S` later are
-    cancelled (their open transactions are aborted by the next start). It then raises
-    :class:`~controlmsg.streaming.stopping.StopRequested` (with the summaries when the tasks returned),
-    unless every task's summary says ``ended``. Without ``stop`` the tasks' ``stop()`` is always false. ``body`` is
-    pickled (cloudpickle) to the workers. ``stall_limit_s``: the watchdog's limit (:func:`_run_group`).
+    their next turn) and raise :class:`~controlmsg.streaming.stopping.StopRequested` (with the summaries
+    when the tasks returned), unless every task's summary says ``ended``. Tasks still running
+    :data:`~controlmsg.streaming.stopping.STOP_GRACE_S` after the request are cancelled, mid-transaction:
+    the ``transactional_ids`` (the logical tasks' ids, all of them: fencing one that committed costs an
+    epoch and nothing else) are then fenced, which aborts their open transactions, and the
+    ``StopRequested`` names them, or names those that could not be fenced and stay open until the next
+    start fences them or they time out. When the stop record cannot be written at all, the tasks cannot
+    hear of the stop: they are cancelled at once, fenced the same way, and this raises
+    :class:`~controlmsg.streaming.stopping.StopFailed` (an error, not a clean stop) naming the stop topic and
+    the reason. Without ``stop`` the tasks' ``stop()`` is always false. ``body`` is pickled (cloudpickle) to
+    the workers. ``stall_limit_s``: the watchdog's limit (:func:`_run_group`).
     """
     groups = slot_groups(n, spark.sparkContext.defaultParallelism)
     if len(groups) < n:
@@ -182,17 +196,28 @@ def run_long_running_tasks(spark: SparkSession, n: int, body: Body, stop: StopCh
     if stopper is None or stop is None:
         return in_task_order(rdd.map(task).collect())
     done = threading.Event()
+    cancelled = threading.Event()
+    unwritten: list[str] = []  # why the stop record could not be written
 
     def relay() -> None:  # driver side: signal -> stop record -> (after the grace) cancellation
         while not stopper.requested.wait(0.1):
             if done.is_set():
                 return
+        started = time.monotonic()
         try:
-            stop.request()
-        except Exception as exc:  # the cancellation below still stops the tasks
-            _log.warning("could not write the stop record (%s): the tasks are cancelled in %g s", exc, STOP_GRACE_S)
-        if not done.wait(STOP_GRACE_S):
-            _log.warning("tasks still running %g s after the stop request: cancelling them", STOP_GRACE_S)
+            stop.request(STOP_GRACE_S)
+        except Exception as exc:
+            # The tasks learn of a stop from this record only: without it none can reach a commit by itself.
+            unwritten.append(str(exc))
+            _log.error("could not write the stop record (%s): the tasks cannot stop at a commit; cancelling them "
+                       "now, in the middle of their transactions", exc)
+            cancelled.set()
+            sc.cancelJobGroup(group)
+            return
+        if not done.wait(max(0.0, STOP_GRACE_S - (time.monotonic() - started))):
+            _log.warning("tasks still running %g s after the stop request: cancelling them, in the middle of their "
+                         "transactions", STOP_GRACE_S)
+            cancelled.set()
             sc.cancelJobGroup(group)
 
     with stopper.deferring():
@@ -201,11 +226,56 @@ def run_long_running_tasks(spark: SparkSession, n: int, body: Body, stop: StopCh
         try:
             summaries = in_task_order(rdd.map(task).collect())
         except Exception as exc:
-            if stopper.signum is not None:
-                raise StopRequested(stopper.signum, "tasks cancelled before they reached a commit") from exc
-            raise
+            if stopper.signum is None:
+                raise
+            fenced = _fence_cancelled(stop.config, transactional_ids) if cancelled.is_set() else ""
+            if unwritten:
+                raise StopFailed(f"stopped by {signal_name(stopper.signum)}, but the stop record could not be "
+                                 f"written ({unwritten[0]}): the tasks were cancelled before they reached a "
+                                 f"commit; {fenced or 'no transactional ids to fence were given'}") from exc
+            detail = "tasks cancelled before they reached a commit" + (f"; {fenced}" if fenced else "")
+            raise StopRequested(stopper.signum, detail) from exc
         finally:
             done.set()
     if stopper.signum is not None and not all(s.get("ended") for s in summaries):
         raise StopRequested(stopper.signum, "every task committed and returned", summaries)
     return summaries
+
+
+FENCE_BUDGET_S: Final = 5.0
+"""How long fencing the cancelled tasks' transactional ids may take in all: within the job's hard limit
+(:data:`~controlmsg.streaming.stopping.HARD_LIMIT_S`) after the grace and the cancellation."""
+
+
+def _fence_cancelled(config: Mapping[str, Any], transactional_ids: Sequence[str],
+                     budget_s: float = FENCE_BUDGET_S) -> str:
+    """Fence ``transactional_ids`` after their tasks were cancelled (``init_transactions`` as a new producer
+    of each: the coordinator aborts the open transaction at once, and a task still running cannot commit).
+    Logs and returns one line: the ids fenced, and those that could not be (with the reason) and whose open
+    transactions, if any, hold ``read_committed`` readers back until the next start fences them or their
+    ``transaction.timeout.ms`` passes. Never raises: the stop is what is being reported."""
+    from controlmsg.kafka.writer import fence_transactions
+
+    if not transactional_ids:
+        return ""
+    deadline = time.monotonic() + budget_s
+    fenced: list[str] = []
+    failed: list[str] = []
+    for tid in transactional_ids:
+        left = deadline - time.monotonic()
+        if left <= 0.5:
+            failed.append(f"{tid!r} (no time left)")
+            continue
+        try:
+            fence_transactions(config, [tid], timeout=left)
+            fenced.append(tid)
+        except Exception as exc:  # named in the line below; the stop goes on
+            failed.append(f"{tid!r} ({exc})")
+    line = f"fenced the cancelled tasks' transactional ids {fenced} (their open transactions are aborted)"
+    if failed:
+        line += (f"; could NOT fence {', '.join(failed)}: an open transaction of these holds read_committed readers "
+                 "back until the next start with the same --run-id fences it or its transaction.timeout.ms passes")
+        _log.error("%s", line)
+    else:
+        _log.warning("%s", line)
+    return line

@@ -10,8 +10,11 @@ The contract (docs/STREAMING.md, "Running the streaming chain" and "Stopping"):
   already ended when the signal came exits 0 as usual. A restart with the same ``--run-id`` resumes at
   the last commit, so nothing is lost or doubled.
 * A second signal stops at once (the tasks are cancelled, as a ``kill`` would; still nothing partial).
-* Bounds: tasks that have not returned :data:`STOP_GRACE_S` after the stop request are cancelled, and
-  the process exits :data:`HARD_LIMIT_S` after the first signal whatever it was doing.
+* Bounds: tasks that have not returned :data:`STOP_GRACE_S` after the stop request are cancelled and
+  their transactional ids fenced (which aborts their open transactions; the stop names them), and the
+  process exits :data:`HARD_LIMIT_S` after the first signal whatever it was doing.
+* A stop record that cannot be written is not a clean stop: the tasks are cancelled and fenced at once
+  and the job fails with :class:`StopFailed` (exit 1), naming the stop topic and the reason.
 
 How the stop reaches the tasks: the driver (the job's own process) receives the signal; its tasks run
 in Python workers, possibly on other machines, and already talk to Kafka, so the driver writes a stop
@@ -35,10 +38,13 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Final
 
+from controlmsg.errors import ControlMsgError
+
 __all__ = [
     "HARD_LIMIT_S",
     "STOP_GRACE_S",
     "StopChannel",
+    "StopFailed",
     "StopRequested",
     "StopWatch",
     "Stopper",
@@ -76,6 +82,14 @@ class StopRequested(BaseException):
         super().__init__(f"stopped by {signal_name(signum)}" + (f": {detail}" if detail else ""))
         self.signum = signum
         self.summaries = summaries or []
+
+
+class StopFailed(ControlMsgError):
+    """A stop was asked for, but the job could not stop at a commit: its stop record could not be written, so
+    its tasks could not hear of the stop and were cancelled in the middle of their work. The message names
+    the stop topic, the reason, and what became of the cancelled tasks' open transactions (fenced, i.e.
+    aborted, or left open naming their ids). A job exits 1 on it, not 128 + the signal: not a clean stop.
+    A restart with the same ``--run-id`` still resumes at the last commit."""
 
 
 class Stopper:
@@ -196,16 +210,34 @@ class StopChannel:
 
     def request(self, timeout_s: float = 5.0) -> None:
         """Write the stop record and wait until it is acknowledged (at most ``timeout_s``). Raises
-        ``RuntimeError`` when it was not (the tasks are then cancelled after the grace period)."""
-        from confluent_kafka import Producer
+        :class:`~controlmsg.errors.DeliveryError` naming the topic and the reason when it was not: still
+        unacknowledged after ``timeout_s``, or refused by the cluster (a delivery report with an error)."""
+        from confluent_kafka import KafkaError, KafkaException, Producer
 
+        from controlmsg.errors import DeliveryError
         from controlmsg.kafka.settings import for_client
 
-        conf = {k: v for k, v in for_client(self.config, "producer").items() if k != "transactional.id"}
-        producer = Producer(conf)
-        producer.produce(self.topic, self.token.encode(), partition=0)
-        if producer.flush(timeout_s) != 0:
-            raise RuntimeError(f"the stop record for {self.topic!r} was not acknowledged in {timeout_s:g} s")
+        refused: list[str] = []
+
+        def delivered(err: KafkaError | None, msg: object) -> None:
+            if err is not None:
+                refused.append(err.str())
+
+        conf = {k: v for k, v in for_client(self.config, "producer").items() if k not in ("transactional.id",
+                                                                                          "on_delivery")}
+        conf["message.timeout.ms"] = max(1, int(timeout_s * 1000))  # a refusal reported within the wait
+        try:
+            producer = Producer(conf)
+            producer.produce(self.topic, self.token.encode(), partition=0, on_delivery=delivered)
+            left = producer.flush(timeout_s)
+        except KafkaException as exc:
+            raise DeliveryError(f"the stop record for topic {self.topic!r} partition 0 could not be produced: "
+                                f"{exc.args[0]}") from exc
+        if refused:
+            raise DeliveryError(f"the stop record for topic {self.topic!r} partition 0 was refused: {refused[0]}")
+        if left:
+            raise DeliveryError(f"the stop record for topic {self.topic!r} partition 0 was not acknowledged in "
+                                f"{timeout_s:g} s")
 
     def watch(self) -> StopWatch:
         """A task's view: a callable that is true once this application's stop record is readable."""

@@ -29,7 +29,6 @@ count), so a restarting task reads one partition only.
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -296,20 +295,40 @@ class _Task:
         self.windows_emitted += len(results)
 
     def on_record(self, record: DataRecord) -> None:
-        """Window one record. A record that is not a JSON object with ``key`` and ``event_ms`` (or has a sum
-        field that is not a number) is not dropped and does not stop the task: it goes, unchanged, to the
-        side topic with the reason in a header, in the same transaction, and is counted as rejected."""
+        """Window one record. A record that is not a JSON object with ``key`` and ``event_ms`` (or whose key,
+        event time or a sum field the windows refuse, :meth:`TumblingWindows.check`) is not dropped and does
+        not stop the task: it goes, unchanged, to the side topic with the reason in a header, in the same
+        transaction, and is counted as rejected. Anything that goes wrong after the record passed those
+        checks is this code's fault, not the record's: it propagates (the task aborts and fails), with a
+        note naming the task and the record's topic, partition and offset."""
         try:
             value = decode_json_payload(record.payload)
-            if not isinstance(value, dict):
-                raise ValueError(f"a record must be a JSON object with key and event_ms, got {value!r:.80}")
-            late = self.windows.add(value["key"], value["event_ms"], value)
-        except (KeyError, TypeError, ValueError, DecodeError) as exc:
-            self._send_rejected(record, f"malformed record: {exc!r:.200}")
+        except DecodeError as exc:
+            self._send_rejected(record, f"malformed record: {exc.reason}")
             return
+        problem = self._problem(value)
+        if problem is not None:
+            self._send_rejected(record, f"malformed record: {problem}")
+            return
+        try:
+            late = self.windows.add(value["key"], value["event_ms"], value)
+        except Exception as exc:
+            exc.add_note(f"window task {self.task_index} ({self.key!r}) failed on the valid record at topic "
+                         f"{self.input_topic!r} partition {record.partition} offset {record.offset}: an internal "
+                         "error, not a malformed record")
+            raise
         self.records += 1
         if late is not None:
             self._send_late(record, value, late)
+
+    def _problem(self, value: Any) -> str | None:
+        """Why the decoded record ``value`` cannot be windowed (``None``: it can)."""
+        if not isinstance(value, dict):
+            return f"a record must be a JSON object with key and event_ms, got {value!r:.80}"
+        for field in ("key", "event_ms"):
+            if field not in value:
+                return f"a record must be a JSON object with key and event_ms, {field!r} is missing: {value!r:.80}"
+        return self.windows.check(value["key"], value["event_ms"], value)
 
     def _send_rejected(self, record: DataRecord, reason: str) -> None:
         self.writer.produce_to(self.late_topic, record.payload, record.key, -1, self._origin(record, reason))
@@ -393,10 +412,11 @@ class _Task:
             self.reader.close()
 
     def _abandon(self) -> None:
-        """On failure: abort what was written since the last commit (best effort: a crashed task's open
-        transaction is aborted by the next instance's init_transactions anyway)."""
-        with contextlib.suppress(Exception):  # best effort: the original error is what matters
-            self.writer.abort(10.0)
+        """On failure: abort what was written since the last commit. Never raises (the original error is what
+        matters); a failed abort fences the task's transactional id, or is logged naming it and the topic
+        (:meth:`ControlWriter.abort_or_fence`): an open transaction would hold the readers of the output, late
+        and state topics back until it timed out or the task started again."""
+        self.writer.abort_or_fence(10.0)
         reader = getattr(self, "reader", None)
         if reader is not None:
             reader.close()

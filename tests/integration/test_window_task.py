@@ -18,6 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from controlmsg.core.bookkeeping import WatermarkAdvanced
 from controlmsg.core.codec import decode_json_payload
+from controlmsg.core.windows import TumblingWindows
 from controlmsg.kafka import ControlReader, ControlWriter, DataRecord, create_topic
 from controlmsg.streaming import window
 from controlmsg.streaming.window import (
@@ -29,6 +30,7 @@ from controlmsg.streaming.window import (
     TaskSummary,
     run_window_task,
 )
+from tests.transactions import held_back
 
 WINDOW = 1000
 RUN = "run-1"
@@ -309,3 +311,45 @@ def test_restarts_leave_the_output_exactly_once(
     assert reader.tracker.counters.regressions == 0, seed
     assert third.result.windows_emitted == len(results), seed
     assert read_plain(kafka_config, t.late) == [], seed
+
+
+class BuggyWindows(TumblingWindows):
+    """The task's windows with a bug planted in ``add`` for one key: as any internal error of our code would,
+    it raises one of the exceptions that were once taken for the record's fault."""
+
+    def add(self, key: str, event_time: int, values: Any = None) -> Any:
+        if key == "boom":
+            raise KeyError("internal bookkeeping lost a window (planted)")
+        return super().add(key, event_time, values or {})
+
+
+def test_an_internal_error_fails_the_task_and_is_not_filed_as_a_bad_record(
+    kafka_config: dict[str, Any], new_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A malformed record still goes the bad-record way (side topic, reason, counted). An error our own code
+    raises on a valid record is not a bad record: the task fails with it (its Spark task fails, the job
+    exits non-zero), the note names the task and the record's topic, partition and offset, nothing of the
+    record reaches the side topic, and the open transaction is aborted."""
+    monkeypatch.setattr(window, "TumblingWindows", BuggyWindows)
+    t = Topics(kafka_config, new_topic)
+    task = TaskThread(t)
+    with upstream(t) as (a, _b):
+        a.send_bytes(b"not json", key="bad")
+        a.send({"key": 7, "event_ms": 5}, key="bad")  # a key the windows refuse: the record's fault
+        a.flush()
+        deadline = time.monotonic() + 20
+        while len(read_plain(kafka_config, t.late)) < 2:  # committed to the side topic before the bug hits
+            assert time.monotonic() < deadline, "the malformed records did not reach the side topic"
+            time.sleep(0.2)
+        a.send({"key": "boom", "event_ms": 10, "amount": 1}, key="boom")
+        a.flush()
+        task.join()
+    assert isinstance(task.error, KeyError), task.error
+    note = " ".join(getattr(task.error, "__notes__", []))
+    assert f"topic {t.input!r} partition" in note and "offset" in note and "window task 0" in note
+    assert "not a malformed record" in note
+    side = read_plain(kafka_config, t.late)
+    reasons = sorted(dict(m.headers())[HEADER_LATE_REASON].decode() for m in side)
+    assert len(reasons) == 2 and all(r.startswith("malformed record: ") for r in reasons)
+    assert any("window key must be a string" in r for r in reasons)
+    assert held_back(kafka_config, t.output, 2)[0] == {} and held_back(kafka_config, t.late, 1)[0] == {}

@@ -8,6 +8,8 @@ applications, concurrently, through the pipeline CLI.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import random
 import uuid
@@ -214,3 +216,65 @@ def test_no_valid_rows_still_ends(spark: SparkSession, bootstrap_servers: str, t
     assert output.read_text().splitlines() == ["key,window_start,window_end,count,sum_amount"]
     assert summary["window"]["rows_in"] == 0
 
+
+
+SMALL_CSV = """user,event_time,amount
+u1,2026-01-01T00:00:05Z,1.5
+u1,2026-01-01T00:00:59Z,2
+u2,2026-01-01T00:00:30Z,NA
+,2026-01-01T00:00:10Z,9
+u1,2026-01-01T00:01:00Z,4.25
+u3,whenever,1
+u2,2026-01-01T00:02:10Z,3
+NA,2026-01-01T00:00:11Z,1
+u2,2026-01-01T00:02:59.500Z,0.25
+u3,2026-01-01T00:03:00Z,0.5
+"""
+
+
+def hand_oracle(text: str, window_ms: int) -> tuple[list[tuple[str, str, str, int, float | None]], int]:
+    """The windowed count of a small CSV worked out by hand, sharing no code with ``spark_jobs``: a row
+    with an empty or ``NA`` user, or an event time that is not ISO-8601, is rejected; ``NA`` amounts are
+    skipped in the sum. Returns the rows ``(key, window start, window end, count, sum)`` and the rejects."""
+    windows: dict[tuple[str, int], list[float | None]] = {}
+    rejects = 0
+    for row in csv.DictReader(io.StringIO(text)):
+        user, when, amount = row["user"], row["event_time"], row["amount"]
+        try:
+            ms = round(datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp() * 1000)
+        except ValueError:
+            ms = None
+        if user in ("", "NA") or ms is None:
+            rejects += 1
+            continue
+        windows.setdefault((user, ms - ms % window_ms), []).append(None if amount == "NA" else float(amount))
+
+    def iso(ms: int) -> str:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    rows = []
+    for (user, start), amounts in sorted(windows.items()):
+        given = [a for a in amounts if a is not None]
+        rows.append((user, iso(start), iso(start + window_ms), len(amounts), sum(given) if given else None))
+    return rows, rejects
+
+
+def test_the_pipeline_against_an_oracle_that_parses_the_input_itself(spark: SparkSession, bootstrap_servers: str,
+                                                                     tmp_path: Path) -> None:
+    """The other tests' oracle reads and rejects with ``spark_jobs``' own code, so a bug there would be in
+    both answers. Here the input is parsed with the csv module and windowed by hand (:func:`hand_oracle`),
+    and the output file is read back with the csv module too."""
+    src = tmp_path / "small.csv"
+    src.write_text(SMALL_CSV)
+    output = tmp_path / "out.csv"
+    summary = run_pipeline_in_session(spark, bootstrap_servers, input_path=str(src), key="user",
+                                      event_time="event_time", window="1m", sums=["amount"], output=str(output),
+                                      partitions=2, tasks=2, null_value="NA")
+    want, rejects = hand_oracle(SMALL_CSV, 60_000)
+    with output.open(newline="") as f:
+        got = sorted((r["key"], r["window_start"], r["window_end"], int(r["count"]),
+                      None if r["sum_amount"] == "" else float(r["sum_amount"])) for r in csv.DictReader(f))
+    assert [g[:4] for g in got] == [w[:4] for w in want]
+    assert [g[4] for g in got] == pytest.approx([w[4] for w in want])
+    assert len(want) == 5 and rejects == 3  # the input's own count, not the pipeline's
+    assert summary["ingest"]["rejects"] == rejects and summary["ingest"]["rows_in"] == 10

@@ -714,3 +714,34 @@ def test_many_windows_close_in_order() -> None:
     assert sum(r.count for r in everything) == len(range(0, 10_000, 3))
     assert sum(dict(r.sums)["x"] or 0 for r in everything) == sum(range(0, 10_000, 3))
     assert w.open_windows == 0
+
+
+_ANYTHING = st.one_of(st.none(), st.booleans(), st.integers(MIN_TIMESTAMP - 5, MAX_TIMESTAMP + 5),
+                      st.floats(allow_nan=True), st.text(max_size=4), st.just("\ud800"),
+                      st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(size=st.sampled_from([1, 7, 1000]), key=_ANYTHING, event_time=_ANYTHING, amount=_ANYTHING,
+       watermark=st.none() | st.integers(-2000, 2000))
+def test_check_is_exactly_what_add_refuses_for_the_record(size: int, key: Any, event_time: Any, amount: Any,
+                                                          watermark: int | None) -> None:
+    """``check`` names a problem exactly when ``add`` would raise for the record (late or not, a malformed
+    record is malformed), and after a clean ``check`` only an ended operator makes ``add`` raise: the
+    window task tells a bad record from its own bug by this contract."""
+    windows = TumblingWindows(size, ["amount"])
+    if watermark is not None:
+        windows.advance(watermark)
+    problem = windows.check(key, event_time, {"amount": amount})
+    fresh = TumblingWindows(size, ["amount"])  # never late: add checks everything
+    try:
+        fresh.add(key, event_time, {"amount": amount})
+        raised = None
+    except (TypeError, ValueError) as exc:
+        raised = str(exc)
+    assert (problem is None) == (raised is None), (problem, raised)
+    if problem is None:
+        windows.add(key, event_time, {"amount": amount})
+        windows.close_all()
+        with pytest.raises(ValueError, match="closed by close_all"):
+            windows.add(key, event_time, {"amount": amount})
