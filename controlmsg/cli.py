@@ -1,6 +1,7 @@
 """The ``controlmsg`` command: a local broker; writing, reading, inspecting and cleaning up after runs.
 
-Exit codes: 0 success (for ``consume``: end of stream), 1 usage or environment error, 2 protocol error
+Exit codes: 0 success (for ``consume``: end of stream, or with ``-e``/``-c`` the end of the partitions/the count; for
+``inspect --watch``: interrupted), 1 usage or environment error, 2 protocol error
 (stderr names topic, partition, offset and reason), 3 ``consume --timeout`` passed before end of
 stream, 4 ``cleanup --delete`` refused (the run is live, or has not ended and ``--force`` was not given;
 nothing was deleted), 130 interrupted.
@@ -19,6 +20,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import orjson
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
 
 from controlmsg.core.bookkeeping import PartitionEnded, PartitionStatus, StreamEnded, WatermarkAdvanced
 from controlmsg.core.messages import MAX_TIMESTAMP
@@ -182,9 +184,22 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------- consume
 
 
+def _text(value: bytes) -> str | dict[str, str]:
+    """Bytes as a UTF-8 string, or ``{"base64": ...}`` when they are not UTF-8."""
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(value).decode()}
+
+
 def _item_json(item: Item) -> bytes:
     if isinstance(item, DataRecord):
         line: dict[str, Any] = {"kind": "data", "partition": item.partition, "offset": item.offset}
+        if item.message is not None:
+            kind, ts = item.message.timestamp()
+            line["timestamp"] = ts if kind != TIMESTAMP_NOT_AVAILABLE else None
+            line["headers"] = [[name, None if value is None else _text(bytes(value))]
+                               for name, value in item.message.headers() or ()]
         if item.key is None:
             line["key"] = None
         else:
@@ -227,23 +242,63 @@ def _on_signal(signum: int, frame: FrameType | None) -> NoReturn:
     raise _Interrupted(signal.Signals(signum).name)
 
 
+def _consume_refusal(args: argparse.Namespace) -> str | None:
+    """The one-line reason a combination of ``consume`` options is refused, or ``None``."""
+    if args.offset is not None and args.checkpoint and Path(args.checkpoint).exists():
+        return (f"-o {args.offset} and --checkpoint {args.checkpoint}, which exists: a checkpoint resumes where it "
+                "stands; remove -o, or give a new checkpoint file")
+    if args.count is not None and args.checkpoint:
+        return ("-c and --checkpoint: a checkpoint saved after -c stops could stand past records read but not "
+                "printed; leave out one of them")
+    if args.count is not None and args.count < 1:
+        return f"-c {args.count}: give a count of at least 1"
+    return None
+
+
 def _cmd_consume(args: argparse.Namespace) -> int:
     from controlmsg.kafka.checkpoint import FileCheckpointStore
+    from controlmsg.kafka.offsets import parse_start, resolve_start
     from controlmsg.kafka.reader import ControlReader
 
+    refusal = _consume_refusal(args)
+    if refusal is not None:
+        print(f"error: {refusal}", file=sys.stderr)
+        return EXIT_ERROR
+    start = parse_start(args.offset) if args.offset is not None else None
     conf = _bootstrap(args)
+    if args.exit_at_end:
+        conf["enable.partition.eof"] = True
+    topic_timeout = args.timeout if args.timeout is not None else 30.0
+    partitions = sorted(set(args.partition)) if args.partition else None
+    start_offsets = None
+    if start is not None or partitions is not None:
+        from controlmsg.kafka.admin import wait_for_topic
+
+        count = wait_for_topic(conf, args.topic, topic_timeout)
+        missing = [p for p in partitions or () if not 0 <= p < count]
+        if missing:
+            print(f"error: -p {missing[0]}: topic {args.topic!r} has partitions 0 to {count - 1}", file=sys.stderr)
+            return EXIT_ERROR
+        if start is not None:
+            start_offsets = resolve_start(conf, args.topic, partitions or list(range(count)), start)
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     store = FileCheckpointStore(args.checkpoint) if args.checkpoint else None
     reader = ControlReader(
         conf, args.topic, run_id=args.run_id, checkpoint=store, dead_letter_topic=args.dead_letter_topic,
-        stop_at_end=args.until_eos, topic_timeout=args.timeout if args.timeout is not None else 30.0,
+        stop_at_end=args.until_eos, topic_timeout=topic_timeout, partitions=partitions, start_offsets=start_offsets,
     )
     out = sys.stdout.buffer
     previous = signal.signal(signal.SIGTERM, _on_signal)
     code = EXIT_OK
+    printed = 0
+    owned_set = set(reader.positions)
     try:
         while True:
             if args.until_eos and reader.tracker.is_ended:
+                break
+            if args.exit_at_end and reader.partitions_at_end >= owned_set:
+                break
+            if args.count is not None and printed >= args.count:
                 break
             wait = 0.5
             if deadline is not None:
@@ -251,11 +306,16 @@ def _cmd_consume(args: argparse.Namespace) -> int:
                 if wait <= 0:
                     break
             items = reader.poll(max(wait, 0.0))
+            if args.count is not None:
+                items = _first_records(items, args.count - printed)
             if items:
                 out.write(b"".join(_item_json(i) + b"\n" for i in items))
                 out.flush()
+                printed += sum(isinstance(i, DataRecord) for i in items)
                 reader.save_checkpoint()
-        if not reader.tracker.is_ended:
+        finished = ((args.exit_at_end and reader.partitions_at_end >= owned_set)
+                    or (args.count is not None and printed >= args.count))
+        if not reader.tracker.is_ended and not finished:
             code = EXIT_TIMEOUT
             print(f"timeout: topic {args.topic!r} has not reached end of stream after {args.timeout:g} s",
                   file=sys.stderr)
@@ -279,6 +339,17 @@ def _cmd_consume(args: argparse.Namespace) -> int:
     return code
 
 
+def _first_records(items: list[Item], count: int) -> list[Item]:
+    """``items`` up to and including the ``count``-th data record (events before it are kept)."""
+    seen = 0
+    for index, item in enumerate(items):
+        if isinstance(item, DataRecord):
+            seen += 1
+            if seen == count:
+                return items[:index + 1]
+    return items
+
+
 # ---------------------------------------------------------------------------------------------- inspect
 
 
@@ -291,9 +362,33 @@ def _fmt_ts(ts: int | None) -> str:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    conf = _bootstrap(args)
+    if args.watch is None:
+        return _inspect_once(conf, args)
+    if args.watch <= 0:
+        print(f"error: --watch {args.watch:g}: give a number of seconds above 0", file=sys.stderr)
+        return EXIT_ERROR
+    previous = signal.signal(signal.SIGTERM, _on_signal)
+    clear = sys.stdout.isatty()
+    try:
+        while True:
+            started = time.monotonic()
+            if clear:
+                sys.stdout.write("\x1b[H\x1b[2J")
+            print(f"every {args.watch:g} s: {time.strftime('%Y-%m-%d %H:%M:%S')} (Ctrl-C ends)", flush=True)
+            _inspect_once(conf, args)
+            sys.stdout.flush()
+            time.sleep(max(0.0, args.watch - (time.monotonic() - started)))
+    except (KeyboardInterrupt, _Interrupted):
+        return EXIT_OK  # the one way a watch ends
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _inspect_once(conf: dict[str, Any], args: argparse.Namespace) -> int:
     from controlmsg.kafka.inspect import inspect_topic
 
-    report = inspect_topic(_bootstrap(args), args.topic, args.run_id)
+    report = inspect_topic(conf, args.topic, args.run_id)
     if args.json:
         doc = {
             "topic": report.topic,
@@ -323,7 +418,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             "newestRun": report.newest_run.run_id if report.newest_run else None,
             "errors": [str(e) for e in report.errors],
         }
-        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.buffer.write(orjson.dumps(doc, option=0 if args.watch is not None else orjson.OPT_INDENT_2)
+                                + b"\n")
+        sys.stdout.buffer.flush()
         return EXIT_PROTOCOL if report.errors else EXIT_OK
     print(f"topic {report.topic!r}: {len(report.end_offsets)} partitions, "
           f"{sum(report.user_messages.values())} user messages")
@@ -361,6 +458,47 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     for err in report.errors:
         print(f"error: {err}")
     return EXIT_PROTOCOL if report.errors else EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------- metadata
+
+
+def _cmd_metadata(args: argparse.Namespace) -> int:
+    from controlmsg.kafka.admin import cluster_metadata
+
+    meta = cluster_metadata(_bootstrap(args), timeout=args.timeout)
+    topics = {name: t for name, t in sorted(meta.topics.items()) if args.topic is None or name == args.topic}
+    if args.topic is not None and not topics:
+        print(f"error: topic {args.topic!r} does not exist", file=sys.stderr)
+        return EXIT_ERROR
+    if args.json:
+        doc = {
+            "controllerId": meta.controller_id,
+            "brokers": [{"id": b.id, "host": b.host, "port": b.port} for b in sorted(meta.brokers.values(),
+                                                                                    key=lambda b: b.id)],
+            "topics": [{"topic": name, "error": None if t.error is None else t.error.str(),
+                        "partitions": [{"partition": p.id, "leader": p.leader, "replicas": list(p.replicas),
+                                        "isrs": list(p.isrs)} for p in sorted(t.partitions.values(),
+                                                                             key=lambda p: p.id)]}
+                       for name, t in topics.items()],
+        }
+        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        return EXIT_OK
+    print(f"Metadata for {'topic ' + repr(args.topic) if args.topic else 'all topics'} "
+          f"(from broker {meta.orig_broker_id}: {meta.orig_broker_name}):")
+    print(f" {len(meta.brokers)} brokers:")
+    for broker in sorted(meta.brokers.values(), key=lambda b: b.id):
+        controller = " (controller)" if broker.id == meta.controller_id else ""
+        print(f"  broker {broker.id} at {broker.host}:{broker.port}{controller}")
+    print(f" {len(topics)} topics:")
+    for name, topic in topics.items():
+        error = f" error: {topic.error.str()}" if topic.error is not None else ""
+        print(f"  topic {name!r} with {len(topic.partitions)} partitions:{error}")
+        for part in sorted(topic.partitions.values(), key=lambda p: p.id):
+            replicas = ",".join(map(str, part.replicas))
+            isrs = ",".join(map(str, part.isrs))
+            print(f"    partition {part.id}, leader {part.leader}, replicas: {replicas}, isrs: {isrs}")
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------------------------------------- cleanup
@@ -428,8 +566,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------- parser
 
 
+def _version() -> str:
+    """``controlmsg X (confluent-kafka Y, librdkafka Z)``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import confluent_kafka
+
+    try:
+        own = version("controlmsg")
+    except PackageNotFoundError:
+        own = "unknown (not installed)"
+    return (f"controlmsg {own} (confluent-kafka {confluent_kafka.__version__}, "
+            f"librdkafka {confluent_kafka.libversion()[0]})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="controlmsg", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True)
 
     def kafka_opts(p: argparse.ArgumentParser) -> None:
@@ -473,13 +626,34 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--timeout", type=float, help="exit 3 if end of stream has not come after SECONDS")
     c.add_argument("--dead-letter-topic", help="send bad records here (reason in a header) instead of failing")
     c.add_argument("--checkpoint", help="resume from and save offsets and bookkeeping to this file")
+    c.add_argument("-o", dest="offset", metavar="OFFSET",
+                   help="start at: beginning (the default), end, N (absolute offset), -N (N before the end) or "
+                        "s@TIMESTAMP_MS, as kcat -o; not with an existing --checkpoint")
+    c.add_argument("-c", dest="count", type=int, metavar="COUNT",
+                   help="exit 0 after COUNT data records (as kcat -c); not with --checkpoint")
+    c.add_argument("-p", dest="partition", type=int, action="append", metavar="PARTITION",
+                   help="read this partition only (repeatable; default: all)")
+    c.add_argument("-e", dest="exit_at_end", action="store_true",
+                   help="exit 0 once every partition read has reached its end, as kcat -e (not the end of stream: "
+                        "that is --until-eos)")
     c.set_defaults(func=_cmd_consume)
 
     i = sub.add_parser("inspect", help="what each partition knows about its upstream tasks (commits nothing)")
     kafka_opts(i)
     i.add_argument("--run-id")
-    i.add_argument("--json", action="store_true")
+    i.add_argument("--json", action="store_true", help="a JSON document (with --watch: one per line, per redraw)")
+    i.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
+                   help="redraw every SECONDS (default 2) until interrupted (Ctrl-C, SIGTERM: exit 0)")
     i.set_defaults(func=_cmd_inspect)
+
+    m = sub.add_parser("metadata", aliases=["list"],
+                       help="the cluster: brokers, topics, partitions, leaders, replicas (as kcat -L)")
+    add_client_options(m)
+    m.add_argument("--topic", help="this topic only")
+    m.add_argument("--json", action="store_true")
+    m.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="give up after SECONDS (default 10)")
+    m.set_defaults(func=_cmd_metadata)
 
     k = sub.add_parser(
         "cleanup", help="list what a run left (topics, consumer groups, local files); --delete deletes it",

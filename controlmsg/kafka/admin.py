@@ -20,7 +20,8 @@ from controlmsg.kafka.retry import retrying
 from controlmsg.kafka.settings import for_client
 
 __all__ = [
-    "TopicSettings", "add_topic_options", "create_topic", "end_offsets", "partition_count", "topic_settings_from_args",
+    "TopicSettings", "add_topic_options", "cluster_metadata", "create_topic", "end_offsets", "partition_count",
+    "topic_settings_from_args",
     "wait_for_topic", "watermark_offsets",
 ]
 
@@ -189,6 +190,20 @@ def create_topic(
     have = _wait_for_topic(session, topic, timeout)
     if have != partitions:
         raise TopicError(f"topic {topic!r} exists with {have} partitions, not {partitions}")
+
+
+def cluster_metadata(config: Mapping[str, Any], timeout: float = 10.0) -> Any:
+    """The cluster's metadata (confluent-kafka's ``ClusterMetadata``: brokers, controller, every topic's
+    partitions with leader, replicas and in-sync replicas), as ``kcat -L`` shows it. One Metadata request
+    for all topics, never one that names a topic (a broker with ``auto.create.topics.enable`` would create
+    it). Retries what a restarting broker answers for up to ``timeout`` s; raises :class:`TopicError`."""
+    def ask(admin: AdminClient) -> Any:
+        return admin.list_topics(timeout=min(timeout, 10.0))
+
+    try:
+        return _AdminSession(config).retrying(ask, timeout=timeout)
+    except KafkaException as exc:
+        raise TopicError(f"cannot read the cluster's metadata: {exc.args[0]}") from exc
 
 
 def partition_count(config: Mapping[str, Any], topic: str, timeout: float = 10.0) -> int | None:

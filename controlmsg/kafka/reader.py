@@ -169,7 +169,12 @@ class ControlReader:
     :meth:`save_checkpoint`. ``resume_from``: a checkpoint kept elsewhere (e.g. in a Kafka state topic)
     to resume from instead of the store's. ``dead_letter_topic``: where bad records go instead of stopping the reader.
     ``stop_at_end``: stop taking records from a batch right after the stream ends, so the checkpoint
-    stands exactly at end of stream.
+    stands exactly at end of stream. ``start_offsets``: where to start reading (partition -> absolute
+    offset) instead of the beginning, without a checkpoint to resume (a ``ValueError`` with one); the
+    bookkeeping then knows only the control messages from there on.
+
+    With ``enable.partition.eof`` true in ``config``, :attr:`partitions_at_end` collects the partitions
+    whose end (the last committed offset when reached) the reader has reached at least once.
 
     Opening blocks until the topic exists (up to ``topic_timeout`` s, else
     :class:`~controlmsg.errors.TopicError`). Not thread-safe. Use as a context manager or call
@@ -189,6 +194,7 @@ class ControlReader:
         batch_size: int = 2000,
         stop_at_end: bool = True,
         topic_timeout: float = 30.0,
+        start_offsets: Mapping[int, int] | None = None,
     ) -> None:
         self.topic = topic
         self.batch_size = batch_size
@@ -204,6 +210,9 @@ class ControlReader:
             raise ValueError(f"partitions {owned} do not fit topic {topic!r} with {count} partitions")
 
         saved = resume_from if resume_from is not None else checkpoint.load() if checkpoint is not None else None
+        self.partitions_at_end: set[int] = set()
+        if saved is not None and start_offsets is not None:
+            raise ValueError(f"start offsets given for topic {topic!r}, and a checkpoint to resume: give one")
         if saved is not None:
             if saved.topic != topic or sorted(saved.offsets) != owned:
                 source = str(checkpoint.path) if checkpoint is not None and resume_from is None else "checkpoint"
@@ -217,6 +226,8 @@ class ControlReader:
         else:
             self.tracker = InputTracker(owned, run_id, topic)
             self._positions = {p: OFFSET_BEGINNING for p in owned}
+            if start_offsets is not None:
+                self._positions.update((p, o) for p, o in start_offsets.items() if p in self._positions)
 
         conf: dict[str, Any] = {
             "group.id": f"controlmsg-reader-{uuid.uuid4().hex}",
@@ -311,7 +322,9 @@ class ControlReader:
         a leader that has not heard of a new topic yet, a leader that died); anything else raises
         :class:`~controlmsg.errors.ReadError` naming the partition."""
         err = msg.error()
-        if err.code() != _PARTITION_EOF and not self._errors.passes(err, msg.partition()):
+        if err.code() == _PARTITION_EOF:
+            self.partitions_at_end.add(msg.partition())
+        elif not self._errors.passes(err, msg.partition()):
             raise ReadError(f"reading topic {self.topic!r} partition {msg.partition()} failed: {err.str()}")
 
     def poll_columns(self, into: DataColumns, timeout: float = 1.0) -> list[Event]:

@@ -2,13 +2,25 @@
 
 Every command, job and demo resolves its client settings here, from (lowest precedence first):
 
-1. ``--kafka-config PATH``: a client properties file, ``key=value`` lines (``key: value`` too), ``#`` or
-   ``!`` comments, as Kafka's own tools and kcat's ``-F`` read;
+1. ``--kafka-config PATH``: a client properties file, read by Java's rules as Kafka's own tools read it
+   (:mod:`controlmsg.kafka.properties`: escapes, line continuations, ``=``/``:``/whitespace separators,
+   ``#`` and ``!`` comments);
 2. ``-X key=value`` (repeatable; a later one wins), librdkafka names, as kcat takes them;
 3. ``--bootstrap-servers HOST:PORT``.
 
-Every setting passes to the clients untouched: nothing is filtered out, and a setting librdkafka does not
-know is an error that names it (and the file line it came from). :func:`for_client` only leaves out the
+:func:`normalise` is the one place the settings a user gives are made the clients' (the CLI and the jobs
+through :func:`client_config`, the data source through :func:`controlmsg.spark.options.kafka_settings`):
+
+- the settings that would break controlmsg's guarantees are refused, each in one line that says what to
+  do (:data:`GUARANTEES`: a consumer's ``isolation.level`` other than ``read_committed``,
+  ``enable.auto.commit=true``, a ``transactional.id`` of the user's, ``enable.idempotence=false``);
+- the Java client's names are made librdkafka's (:mod:`controlmsg.kafka.java_settings`:
+  ``sasl.jaas.config``, JKS and PKCS12 stores, ...), which :func:`for_client` does again for settings
+  that reach a client some other way (a Spark task's copy of the options converts the stores on its own
+  machine).
+
+Every other setting passes to the clients untouched: nothing is filtered out, and a setting librdkafka does
+not know is an error that names it (and the file line it came from). :func:`for_client` only leaves out the
 settings librdkafka defines for the *other* kind of client (a consumer's ``isolation.level`` on a
 producer), which it would ignore with a warning, and adds the one thing every client controlmsg makes
 shares: librdkafka's own log lines (``FAIL`` when a broker is unreachable, ...) go to the Python logger
@@ -34,18 +46,24 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from controlmsg.errors import BrokerError, ConfigError
+from controlmsg.kafka.java_settings import translate
+from controlmsg.kafka.properties import read_properties, read_properties_lines, write_properties
 
 __all__ = [
     "CLIENT_LOGGER",
     "CONSUMER_ONLY",
+    "GUARANTEES",
     "PRODUCER_ONLY",
     "add_client_options",
+    "check_guarantees",
     "check_settings",
     "client_config",
     "client_config_from_args",
     "for_client",
+    "normalise",
     "parse_settings",
     "read_properties",
+    "read_properties_lines",
     "resolve_bootstrap_servers",
     "worker_logging",
     "write_properties",
@@ -73,6 +91,46 @@ PRODUCER_ONLY: Final = frozenset({
     "request.required.acks", "request.timeout.ms", "retries", "sticky.partitioning.linger.ms",
     "transaction.timeout.ms", "transactional.id", "on_delivery",
 })
+
+
+GUARANTEES: Final = {
+    "isolation.level": (frozenset({"read_committed"}),
+                        "controlmsg reads read_committed only (a reader must never see a write that was aborted: "
+                        "a failed task's attempt); remove it"),
+    "enable.auto.commit": (frozenset({"false"}),
+                           "controlmsg never commits a reader's offsets to a group: its position is in its checkpoint "
+                           "(consume --checkpoint, a query's checkpointLocation); remove it"),
+    "auto.commit.enable": (frozenset({"false"}),
+                           "controlmsg never commits a reader's offsets to a group: its position is in its checkpoint "
+                           "(consume --checkpoint, a query's checkpointLocation); remove it"),
+    "transactional.id": (frozenset(),
+                         "controlmsg gives each writing task a transactional id of its own (so that a retried task "
+                         "fences its earlier attempt); one shared by every writer would fence them all; remove it"),
+    "enable.idempotence": (frozenset({"true"}),
+                           "controlmsg's transactional writes need idempotence (a write retried after a broker "
+                           "failure must not be duplicated); remove it"),
+}
+"""Setting -> (the values that pass, why any other is refused and what to do): the settings a user gives
+that would break controlmsg's guarantees, as Spark's Kafka source refuses its own list."""
+
+
+def check_guarantees(config: Mapping[str, Any], origin: Mapping[str, str] | None = None) -> None:
+    """Raise :class:`ConfigError` for the first setting of :data:`GUARANTEES` in ``config`` with a value
+    that does not pass (compared lower-cased), naming it and where it came from (``origin``)."""
+    for key, (passing, why) in GUARANTEES.items():
+        if key in config and str(config[key]).strip().lower() not in passing:
+            where = f" (from {origin[key]})" if origin and key in origin else ""
+            raise ConfigError(f"Kafka client setting {key!r}{where} refused: {why}")
+
+
+def normalise(config: Mapping[str, Any], origin: Mapping[str, str] | None = None) -> tuple[dict[str, Any],
+                                                                                           dict[str, str]]:
+    """The settings a user gave (``config``; ``origin``: setting -> where it came from) as the clients
+    take them: :func:`check_guarantees`, then the Java client's names translated
+    (:func:`controlmsg.kafka.java_settings.translate`). Returns the settings and their origins. Blocks only
+    to convert a JKS store (keytool). Raises :class:`ConfigError` naming the setting."""
+    check_guarantees(config, origin)
+    return translate(config, origin)
 
 
 # What varies between two log lines that say the same thing: timings, client instance numbers.
@@ -137,14 +195,15 @@ def for_client(config: Mapping[str, Any], kind: Literal["producer", "consumer", 
     ``error_cb`` a new :class:`~controlmsg.kafka.refusals.ConnectionWatch` (which calls an ``error_cb`` of
     ``config`` first): a cluster that refuses the client (authentication, TLS, a listener of another
     ``security.protocol``, an address that does not answer) raises
-    :class:`~controlmsg.errors.ClusterRefused` from the client's calls within seconds. Unknown settings
-    pass, so librdkafka names them. Every Consumer, Producer and AdminClient controlmsg creates takes its
-    settings from here."""
+    :class:`~controlmsg.errors.ClusterRefused` from the client's calls within seconds. The Java client's
+    settings are translated first (:func:`~controlmsg.kafka.java_settings.translate`: a no-op for settings
+    :func:`normalise` made; raises :class:`ConfigError`). Unknown settings pass, so librdkafka names them.
+    Every Consumer, Producer and AdminClient controlmsg creates takes its settings from here."""
     from controlmsg.kafka.refusals import ConnectionWatch
 
     drop = (PRODUCER_ONLY if kind == "consumer" else CONSUMER_ONLY if kind == "producer"
             else PRODUCER_ONLY | CONSUMER_ONLY)
-    conf = {k: v for k, v in config.items() if k not in drop}
+    conf = {k: v for k, v in translate(config)[0].items() if k not in drop}
     conf.setdefault("logger", CLIENT_LOGGER)
     # librdkafka's sparse connections (its default) open a broker connection only when a request needs
     # one, and a new client then waits ~50 ms (here, on localhost) before its first answer; a transactional
@@ -157,40 +216,6 @@ def for_client(config: Mapping[str, Any], kind: Literal["producer", "consumer", 
         given = given.chained
     conf["error_cb"] = ConnectionWatch(conf, given, unreachable=kind == "admin")
     return conf
-
-
-def read_properties(path: str | Path) -> dict[str, str]:
-    """A client properties file: ``key=value`` (or ``key: value``) per line; blank lines and lines starting
-    with ``#`` or ``!`` are skipped; keys and values are stripped. Raises :class:`ConfigError` naming the
-    file (and line) when it cannot be read or a line has no separator."""
-    source = Path(path)
-    try:
-        text = source.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the Kafka client properties file {str(source)!r}: {exc}") from None
-    settings: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
-        cut = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
-        if cut < 0:
-            raise ConfigError(f"{source}:{number}: expected key=value, got {line[:40]!r}")
-        settings[line[:cut].strip()] = line[cut + 1:].strip()
-    return settings
-
-
-def write_properties(config: Mapping[str, str], path: str | Path, comment: str | None = None) -> Path:
-    """Write ``config`` as a client properties file that only this user can read (mode 0600, created anew:
-    settings may hold secrets), in the format :func:`read_properties` reads. Returns the path."""
-    target = Path(path)
-    target.unlink(missing_ok=True)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        if comment:
-            out.write(f"# {comment}\n")
-        out.writelines(f"{key}={value}\n" for key, value in config.items())
-    return target
 
 
 def parse_settings(pairs: Sequence[str]) -> dict[str, str]:
@@ -259,17 +284,20 @@ def client_config(
     check: bool = True,
 ) -> dict[str, str]:
     """The client settings, by the precedence rule of this module: ``config_file`` < ``settings``
-    (``-X key=value``) < ``bootstrap_servers``; without any ``bootstrap.servers``,
-    :func:`resolve_bootstrap_servers` finds one. ``check``: let librdkafka judge them first
-    (:func:`check_settings`). Raises :class:`ConfigError` or :class:`BrokerError`."""
+    (``-X key=value``) < ``bootstrap_servers``, then through :func:`normalise` (guarantees checked, Java names
+    translated); without any ``bootstrap.servers``, :func:`resolve_bootstrap_servers` finds one.
+    ``check``: let librdkafka judge them first (:func:`check_settings`). Raises :class:`ConfigError` or
+    :class:`BrokerError`."""
     config: dict[str, str] = {}
     origin: dict[str, str] = {}
     if config_file is not None:
-        config.update(read_properties(config_file))
-        origin.update(dict.fromkeys(config, str(config_file)))
+        from_file, lines = read_properties_lines(config_file)
+        config.update(from_file)
+        origin.update({key: f"{config_file}:{lines[key]}" for key in from_file})
     extra = parse_settings(settings)
     config.update(extra)
     origin.update(dict.fromkeys(extra, "-X"))
+    config, origin = normalise(config, origin)
     if bootstrap_servers or not config.get("bootstrap.servers"):
         config["bootstrap.servers"] = resolve_bootstrap_servers(bootstrap_servers, start_local=start_local,
                                                                 local_port=local_port)
@@ -291,7 +319,8 @@ def add_client_options(parser: argparse.ArgumentParser, *, bootstrap_help: str |
     parser.add_argument("-X", dest="kafka_settings", action="append", default=[], metavar="KEY=VALUE",
                         help="a librdkafka client setting (repeatable), e.g. -X security.protocol=SASL_SSL")
     parser.add_argument("--kafka-config", metavar="PATH",
-                        help="a client properties file (key=value lines, # comments); -X settings override it")
+                        help="a client properties file, read as Kafka's own tools read it (Java's properties format; "
+                             "the Java client's names too, e.g. sasl.jaas.config); -X settings override it")
 
 
 def client_config_from_args(args: argparse.Namespace, *, start_local: bool = False,

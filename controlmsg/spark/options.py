@@ -52,8 +52,12 @@ raw value that is not UTF-8 but read as a string), as Spark's JSON and CSV sourc
 ``DROPMALFORMED`` (the row is left out and the record written to ``deadLetterTopic``, which this mode
 requires; ``deadLetterTopic`` alone means this mode). See :mod:`controlmsg.spark.reading`.
 
-``kafkaConfig`` names a client properties file (``key=value`` lines) read on the driver, under the
-``kafka.*`` options: secrets can stay out of the query's options. ``bootstrapServers`` is accepted as an
+``kafkaConfig`` names a client properties file (Java's format, as Kafka's tools read it) read on the driver,
+under the ``kafka.*`` options: secrets can stay out of the query's options. Settings may be given in the
+Java client's names as ``format("kafka")`` takes them (``kafka.sasl.jaas.config``,
+``kafka.ssl.truststore.location``, ...; docs/SECURITY.md has the table); the ones that would break the
+guarantees (``kafka.isolation.level``, ``kafka.enable.auto.commit``, ``kafka.transactional.id``,
+``kafka.enable.idempotence=false``) are refused. ``bootstrapServers`` is accepted as an
 alias of ``kafka.bootstrap.servers``.
 """
 
@@ -106,18 +110,31 @@ def lower_keys(options: Mapping[str, str]) -> dict[str, str]:
 
 def kafka_settings(options: Mapping[str, str]) -> dict[str, str]:
     """The client settings in ``options``: those of the properties file ``kafkaConfig`` (read here, on the
-    driver), overridden by every ``kafka.<setting>`` with the prefix removed (nothing is filtered out),
-    plus the alias ``bootstrapServers``. Raises ``ValueError`` without bootstrap servers,
-    :class:`~controlmsg.errors.ConfigError` for an unreadable file."""
-    from controlmsg.kafka.settings import read_properties
+    driver, by Java's rules), overridden by every ``kafka.<setting>`` with the prefix removed (nothing is
+    filtered out), plus the alias ``bootstrapServers``. They are checked here by
+    :func:`controlmsg.kafka.settings.normalise` (the settings that would break the guarantees refused, the
+    Java client's names translated, its stores converted) and returned as given: each client translates
+    them again where it runs (:func:`~controlmsg.kafka.settings.for_client`), so that a truststore is read
+    on each executor from its own ``ssl.truststore.location``, as ``format("kafka")`` reads it. Raises
+    ``ValueError`` without bootstrap servers, :class:`~controlmsg.errors.ConfigError` for an unreadable
+    file or a refused setting (named, with the option it came from)."""
+    from controlmsg.kafka.settings import normalise, read_properties_lines
 
     opts = lower_keys(options)
-    config = read_properties(opts["kafkaconfig"]) if opts.get("kafkaconfig") else {}
-    config.update((k[len(_KAFKA):], v) for k, v in opts.items() if k.startswith(_KAFKA))
+    config: dict[str, str] = {}
+    origin: dict[str, str] = {}
+    if opts.get("kafkaconfig"):
+        config, lines = read_properties_lines(opts["kafkaconfig"])
+        origin = {key: f"kafkaConfig {opts['kafkaconfig']}:{line}" for key, line in lines.items()}
+    for key, value in opts.items():
+        if key.startswith(_KAFKA):
+            config[key[len(_KAFKA):]] = value
+            origin[key[len(_KAFKA):]] = f"option {key}"
     if "bootstrapservers" in opts:
         config.setdefault("bootstrap.servers", opts["bootstrapservers"])
     if not config.get("bootstrap.servers"):
         raise ValueError("the controlmsg data source needs the option 'kafka.bootstrap.servers'")
+    normalise(config, origin)
     return config
 
 

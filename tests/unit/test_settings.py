@@ -57,9 +57,8 @@ def test_properties_file_lines(tmp_path: Path) -> None:
                     "sasl.password=p=ss:word\n")
     assert read_properties(path) == {"bootstrap.servers": "b1:9092,b2:9092", "sasl.mechanism": "SCRAM-SHA-512",
                                      "sasl.password": "p=ss:word"}
-    path.write_text("bootstrap.servers=b:1\njust a line\n")
-    with pytest.raises(ConfigError, match=r"client\.properties:2: expected key=value"):
-        read_properties(path)
+    path.write_text("bootstrap.servers=b:1\njust a line\n")  # Java's rules: key 'just', value 'a line'
+    assert read_properties(path) == {"bootstrap.servers": "b:1", "just": "a line"}
     with pytest.raises(ConfigError, match="cannot read the Kafka client properties file"):
         read_properties(tmp_path / "missing.properties")
 
@@ -85,7 +84,7 @@ def test_unknown_or_refused_settings_are_named(tmp_path: Path) -> None:
         client_config(bootstrap_servers="b:1", settings=["no.such.setting=1"])
     path = tmp_path / "java.properties"
     path.write_text("sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n")
-    with pytest.raises(ConfigError, match=r"'sasl\.jaas\.config' \(from .*java\.properties\)"):
+    with pytest.raises(ConfigError, match=r"'sasl\.jaas\.config' \(from .*java\.properties:1\): .*sasl\.mechanism"):
         client_config(bootstrap_servers="b:1", config_file=path)
     with pytest.raises(ConfigError, match=r"'isolation\.level'"):  # a consumer setting with a refused value
         client_config(bootstrap_servers="b:1", settings=["isolation.level=sometimes"])
