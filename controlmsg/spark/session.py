@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from controlmsg.spark.class_archive import driver_java_options
+from controlmsg.clusters.class_archive import driver_java_options
 
 __all__ = ["register", "spark_session"]
 
@@ -60,7 +60,7 @@ def spark_session(
     starts (seconds).
 
     ``class_archive``: a new driver JVM starts from the machine's class-data archive
-    (:mod:`controlmsg.spark.class_archive`: about half the start-up CPU), built by the first session on
+    (:mod:`controlmsg.clusters.class_archive`: about half the start-up CPU), built by the first session on
     the machine that has none (about 35 s, once). Off: ``False`` or ``CONTROLMSG_CLASS_ARCHIVE=off``.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

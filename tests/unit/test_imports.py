@@ -132,3 +132,40 @@ def test_no_import_cycles_in_controlmsg() -> None:
     for module_level_only in (True, False):
         graph = {_module_name(p): _imports(p, modules, module_level_only) for p in paths}
         assert _cycle(graph) is None, f"import cycle: {' -> '.join(_cycle(graph) or [])}"
+
+
+# Each layer may import only from the layers listed for it (and from itself); see docs/DEVELOPMENT.md.
+_BASE = {"controlmsg", "controlmsg.errors", "controlmsg.paths"}
+LAYERS: dict[str, set[str]] = {
+    "controlmsg.core": _BASE,
+    "controlmsg.clusters": _BASE,
+    "controlmsg.kafka": _BASE | {"controlmsg.core", "controlmsg.clusters"},
+    "controlmsg.spark": _BASE | {"controlmsg.core", "controlmsg.clusters", "controlmsg.kafka"},
+    "controlmsg.streaming": _BASE | {"controlmsg.core", "controlmsg.clusters", "controlmsg.kafka",
+                                     "controlmsg.spark"},
+}
+
+
+def _layer(module: str) -> str:
+    for layer in sorted(LAYERS, key=len, reverse=True):
+        if module == layer or module.startswith(layer + "."):
+            return layer
+    return module
+
+
+def test_no_module_imports_from_a_layer_above_its_own() -> None:
+    """core and the local clusters import only the base modules; kafka, spark and the streaming runtime
+    only the layers below them; lazy imports inside functions count too."""
+    paths = sorted(PACKAGE.rglob("*.py"))
+    modules = {_module_name(p) for p in paths}
+    wrong = []
+    for path in paths:
+        this = _module_name(path)
+        allowed = LAYERS.get(_layer(this))
+        if allowed is None:
+            continue  # the CLI and the top-level modules may import any layer
+        for name in _imports(path, modules, module_level_only=False):
+            layer = _layer(name)
+            if layer != _layer(this) and layer not in allowed and name not in allowed:
+                wrong.append(f"{this} imports {name}")
+    assert not wrong, wrong
