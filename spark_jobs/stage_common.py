@@ -8,11 +8,12 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlparse
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
-__all__ = ["add_stage_options", "await_queries", "run_queries", "stage_summary", "sum_fields"]
+__all__ = ["add_stage_options", "await_queries", "run_queries", "stage_progress", "stage_summary", "sum_fields"]
 
 _TRANSIENT: Final = ("Python worker failed to connect back",)
 """Failures of a query that its restart from the checkpoint cures: Spark gives a Python worker it starts for
@@ -22,10 +23,20 @@ _RESTARTS: Final = 3
 
 def add_stage_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True,
-                        help="the query's checkpointLocation (a local directory here): a restart resumes from it")
+                        help="the query's checkpointLocation: a local directory, or any location Spark's Hadoop file "
+                             "systems reach (hdfs://, s3a://...); a restart resumes from it")
     parser.add_argument("--trigger-interval", default="1 second",
                         help="processing-time trigger of a stage that runs until stopped (default 1 second)")
     parser.add_argument("--max-offsets-per-trigger", help="at most this many records per micro-batch")
+
+
+def stage_progress(checkpoint: str) -> dict[str, str]:
+    """The ``controlmsg`` sink option for a query checkpointed at ``checkpoint``: none on the driver's local
+    file system (the sink reads the offset log there), else ``stageProgress driver`` (the job follows the
+    query's progress, :class:`controlmsg.spark.stage.StageFollower`, see :func:`await_queries`)."""
+    scheme = urlparse(checkpoint).scheme
+    local = scheme in ("", "file") or len(scheme) == 1  # a Windows drive letter is a path too
+    return {} if local else {"stageProgress": "driver"}
 
 
 def sum_fields(sums: Sequence[str]) -> dict[str, str]:
@@ -33,14 +44,16 @@ def sum_fields(sums: Sequence[str]) -> dict[str, str]:
     return {name: typ or "double" for name, _, typ in (s.partition(":") for s in sums)}
 
 
-def run_queries(start: Callable[[], Sequence[StreamingQuery]], log: logging.Logger) -> list[StreamingQuery]:
-    """Start the queries (``start``) and wait for them (:func:`await_queries`). A failure that a restart
-    cures (:data:`_TRANSIENT`) stops the others and starts them all again from their checkpoints, up to
-    :data:`_RESTARTS` times. Returns the queries of the last start."""
+def run_queries(start: Callable[[], Sequence[StreamingQuery]], log: logging.Logger,
+                sinks: Sequence[Mapping[str, str] | None] = ()) -> list[StreamingQuery]:
+    """Start the queries (``start``) and wait for them (:func:`await_queries`; ``sinks``: the ``controlmsg``
+    sink options of each query, in order, or ``None``). A failure that a restart cures (:data:`_TRANSIENT`)
+    stops the others and starts them all again from their checkpoints, up to :data:`_RESTARTS` times.
+    Returns the queries of the last start."""
     for attempt in range(_RESTARTS + 1):
         queries = list(start())
         try:
-            await_queries(queries, log)
+            await_queries(queries, log, sinks)
             return queries
         except RuntimeError as exc:
             if attempt == _RESTARTS or not any(text in str(exc) for text in _TRANSIENT):
@@ -50,11 +63,18 @@ def run_queries(start: Callable[[], Sequence[StreamingQuery]], log: logging.Logg
     raise AssertionError("unreachable")
 
 
-def await_queries(queries: Sequence[StreamingQuery], log: logging.Logger) -> None:
+def await_queries(queries: Sequence[StreamingQuery], log: logging.Logger,
+                  sinks: Sequence[Mapping[str, str] | None] = ()) -> None:
     """Wait until every query has ended, a second at a time (so that SIGTERM is handled between two waits);
-    when one fails, stop the others and raise its failure (``RuntimeError``)."""
+    when one fails, stop the others and raise its failure (``RuntimeError``). A query whose ``controlmsg``
+    sink (``sinks``, in the order of ``queries``) has ``stageProgress driver`` gets its stage rounds written
+    between the waits and after it ends (:class:`controlmsg.spark.stage.StageFollower`)."""
     from pyspark.errors import StreamingQueryException
 
+    from controlmsg.spark import StageFollower
+
+    followers = {query.id: StageFollower(query, sink) for query, sink in zip(queries, sinks, strict=False)
+                 if sink is not None and sink.get("stageProgress") == "driver"}
     running = list(queries)
     while running:
         for query in list(running):
@@ -62,9 +82,12 @@ def await_queries(queries: Sequence[StreamingQuery], log: logging.Logger) -> Non
                 ended = query.awaitTermination(1)
             except StreamingQueryException:  # it failed: query.exception() says how
                 ended = True
+            follower = followers.get(query.id)
             if ended:
                 running.remove(query)
                 failure = query.exception()
+                if follower is not None:
+                    follower.finish()  # the rounds of what it committed, failed or not
                 if failure is not None:
                     for other in running:
                         other.stop()
@@ -72,6 +95,8 @@ def await_queries(queries: Sequence[StreamingQuery], log: logging.Logger) -> Non
                             other.awaitTermination()
                     raise RuntimeError(f"query {query.name or query.id} failed: {failure}")
                 log.info("query %s ended", query.name or query.id)
+            elif follower is not None:
+                follower.step()
 
 
 def stage_summary(query: StreamingQuery, sink: Mapping[str, str]) -> dict[str, Any]:

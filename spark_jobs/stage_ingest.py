@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.checks import duration_problems, positive_problems
 from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
-from spark_jobs.stage_common import add_stage_options, run_queries, stage_summary, sum_fields
+from spark_jobs.stage_common import add_stage_options, run_queries, stage_progress, stage_summary, sum_fields
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -90,7 +90,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
                                 availableNowEnds="true", maxOffsetsPerTrigger=args.max_offsets_per_trigger)
     sink = controlmsg_options(args, config, args.topic, job="stage_ingest", key="key", eventTime="event_ms",
                               allowedLateness=args.allowed_lateness, partitions=str(args.partitions),
-                              dataHeaders="false")
+                              dataHeaders="false", **stage_progress(args.checkpoint))
     trigger = {"availableNow": True} if args.until_source_end else {"processingTime": args.trigger_interval}
     delay_ms = parse_duration(args.allowed_lateness) if args.allowed_lateness.strip() not in ("0", "0s") else 0
 
@@ -103,7 +103,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
                  args.checkpoint, args.run_id)
         return [query]
 
-    (query,) = run_queries(start, log)
+    (query,) = run_queries(start, log, [sink])
     return stage_summary(query, sink)
 
 

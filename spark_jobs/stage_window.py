@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.checks import duration_problems, positive_problems, sum_problems
 from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
-from spark_jobs.stage_common import add_stage_options, run_queries, stage_summary, sum_fields
+from spark_jobs.stage_common import add_stage_options, run_queries, stage_progress, stage_summary, sum_fields
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -91,9 +91,11 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     seconds = parse_duration(args.window) / 1000
     source = controlmsg_options(args, config, args.input_topic, maxOffsetsPerTrigger=args.max_offsets_per_trigger)
     sink = controlmsg_options(args, config, args.output_topic, job="stage_window", key="key",
-                              eventTime="window_end", partitions=str(args.partitions), dataHeaders="false")
+                              eventTime="window_end", partitions=str(args.partitions), dataHeaders="false",
+                              **stage_progress(f"{args.checkpoint}/windows"))
     late_sink = controlmsg_options(args, config, f"{args.output_topic}-late", job="stage_window_late", key="key",
-                                   eventTime="event_ms", partitions="1", dataHeaders="false")
+                                   eventTime="event_ms", partitions="1", dataHeaders="false",
+                                   **stage_progress(f"{args.checkpoint}/late"))
 
     def start() -> tuple[StreamingQuery, StreamingQuery]:
         queries = window_queries(spark, source, sink, late_sink, window=f"{seconds:g} seconds",
@@ -102,7 +104,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
                  args.input_topic, args.output_topic, args.window, late_sink["topic"], args.checkpoint, args.run_id)
         return queries
 
-    windows, late = run_queries(start, log)
+    windows, late = run_queries(start, log, [sink, late_sink])
     return {"windows": stage_summary(windows, sink), "late": stage_summary(late, late_sink)}
 
 

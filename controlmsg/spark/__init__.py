@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from controlmsg.spark.event_time import WATERMARK_COLUMNS, late_records, observed_counts, with_watermark
     from controlmsg.spark.reading import RAW_SCHEMA, EndOfStreamTimeout
     from controlmsg.spark.session import register, spark_session
-    from controlmsg.spark.stage import StageNotEnded, await_stage
+    from controlmsg.spark.stage import StageFollower, StageNotEnded, await_stage
     from controlmsg.spark.writing import end_stream, run_status
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "WATERMARK_COLUMNS",
     "ControlMsgDataSource",
     "EndOfStreamTimeout",
+    "StageFollower",
     "StageNotEnded",
     "await_stage",
     "end_stream",
@@ -55,6 +56,7 @@ _WHERE = {
     "EndOfStreamTimeout": "controlmsg.spark.reading",
     "register": "controlmsg.spark.session",
     "spark_session": "controlmsg.spark.session",
+    "StageFollower": "controlmsg.spark.stage",
     "StageNotEnded": "controlmsg.spark.stage",
     "await_stage": "controlmsg.spark.stage",
     "end_stream": "controlmsg.spark.writing",

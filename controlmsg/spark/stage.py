@@ -52,7 +52,7 @@ from controlmsg.spark.writing import run_status, upstream_of
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
-__all__ = ["StageNotEnded", "await_stage", "progress_of", "stage_status", "write_stage_round"]
+__all__ = ["StageFollower", "StageNotEnded", "await_stage", "progress_of", "stage_status", "write_stage_round"]
 
 _POLL_S: Final = 0.25
 
@@ -130,6 +130,43 @@ def write_stage_round(options: WriteOptions | Mapping[str, str], progress: Mappi
     return found[-1]
 
 
+class StageFollower:
+    """Writes the stage rounds of one query (see the module docstring), a step at a time, for a driver program
+    that waits on several queries at once; :func:`await_stage` is the one-query loop over it. ``options``:
+    the options of the query's ``writeStream.format("controlmsg")`` (with ``stageProgress driver``)."""
+
+    def __init__(self, query: StreamingQuery, options: Mapping[str, str]) -> None:
+        self.query = query
+        self.opts = WriteOptions.parse(options)
+        self.written = -1
+        """The last micro-batch whose round this follower wrote (or found written), -1 before the first."""
+        self.ended = False
+
+    def step(self) -> bool:
+        """Write the round of the query's latest micro-batch if it is new; returns whether the stream has
+        ended. Never blocks beyond the round's transaction. Raises what :func:`write_stage_round` raises."""
+        progress = self.query.lastProgress
+        if not self.ended and progress is not None and int(progress["batchId"]) > self.written:
+            self.written = int(progress["batchId"])
+            self.ended = bool(write_stage_round(self.opts, progress).get("ended"))
+        return self.ended
+
+    def finish(self) -> bool:
+        """After the query has terminated: the round of its last micro-batch, then whether the stream has
+        ended. Raises :class:`StageNotEnded` when the query ran no micro-batch and the stream has not ended:
+        then nothing says whether its input ended (see the module docstring)."""
+        self.step()
+        if not self.ended:
+            self.ended = bool((stage_status(self.opts) or {}).get("ended"))
+        if not self.ended and self.written < 0:
+            raise StageNotEnded(
+                f"topic {self.opts.topic!r} run {self.opts.run_id!r}: query {self.query.id} terminated without "
+                "running a micro-batch, so nothing says whether its input has ended (a driver killed after its "
+                "last micro-batch and started again has nothing left to run); if it has, end the stream with "
+                "controlmsg.spark.end_stream(options)")
+        return self.ended
+
+
 def await_stage(query: StreamingQuery, options: Mapping[str, str], *, timeout: float | None = None) -> bool:
     """Wait for ``query`` to terminate, as ``query.awaitTermination()`` does, writing its stage rounds as its
     micro-batches commit (see the module docstring); call it in the driver program in place of
@@ -139,35 +176,16 @@ def await_stage(query: StreamingQuery, options: Mapping[str, str], *, timeout: f
     Blocks until the query has terminated and the round of its last micro-batch is written, or ``timeout``
     seconds have passed (the query still running, as with ``awaitTermination(timeout)``). Returns whether
     the stream has ended (a query stopped before its input ended has not). Raises the query's own exception
-    when it failed (after writing the rounds of what it committed); :class:`StageNotEnded` when it
-    terminated without running a micro-batch and its stream has not ended, since then nothing says whether
-    its input ended (see the module docstring); :class:`~controlmsg.errors.DeliveryError` when Kafka
-    refuses a round."""
-    opts = WriteOptions.parse(options)
+    when it failed (after writing the rounds of what it committed); :class:`StageNotEnded` as
+    :meth:`StageFollower.finish`; :class:`~controlmsg.errors.DeliveryError` when Kafka refuses a round."""
+    follower = StageFollower(query, options)
     deadline = None if timeout is None else time.monotonic() + timeout
-    written = -1
-    while True:
-        active = query.isActive
-        progress = query.lastProgress
-        if progress is not None and int(progress["batchId"]) > written:
-            written = int(progress["batchId"])
-            if write_stage_round(opts, progress).get("ended"):
-                break
-        if not active:
-            break
+    while query.isActive and not follower.step():
         if deadline is not None and time.monotonic() >= deadline:
             return False
         time.sleep(_POLL_S)
     query.awaitTermination()  # raises the query's exception, if any
-    status = stage_status(opts)
-    ended = bool((status or {}).get("ended"))
-    if not ended and written < 0:
-        raise StageNotEnded(
-            f"topic {opts.topic!r} run {opts.run_id!r}: query {query.id} terminated without running a micro-batch, "
-            "so nothing says whether its input has ended (a driver killed after its last micro-batch and "
-            "started again has nothing left to run); if it has, end the stream with "
-            "controlmsg.spark.end_stream(options)")
-    return ended
+    return follower.finish()
 
 
 def _txn(opts: WriteOptions) -> str:
