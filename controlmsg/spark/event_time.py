@@ -80,9 +80,13 @@ def with_watermark(df: DataFrame, event_time: str, *, metrics_name: str = "contr
 
     Raises:
         ValueError: ``df`` lacks ``_watermark`` / ``_control`` or ``event_time``, or their types are not
-            timestamp / boolean / timestamp.
+            timestamp / boolean / timestamp; or ``df`` was made with a step that can drop rows (a filter,
+            ``dropna``, a join, an aggregation, a dedup...) between the read and here, since the watermark rows
+            would not reach Spark's watermark (call it right after the read; selects and ``withColumn`` are
+            fine).
     """
     _check(df, event_time)
+    _check_rows_kept(df)
     tracked = df.withColumn(_TRACKED, F.col(_WATERMARK)).withWatermark(_TRACKED, "0 seconds")
     mark = F.col(_TRACKED)
     control = F.coalesce(F.col(_CONTROL), F.lit(False))
@@ -151,6 +155,58 @@ def _as_watermarked(event_time: str) -> Column:
 
 def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
+
+
+# What may stand between the read and with_watermark: steps that keep every row (the watermark rows among
+# them). Anything else (a filter, dropna, a join, an aggregation, a dedup, a sample, a limit...) can drop the
+# watermark rows, and then Spark's watermark never moves: the windows never close, with nothing said.
+_KEEPS_ROWS_CLASSIC: Final = frozenset({
+    "Project", "SubqueryAlias", "Repartition", "RepartitionByExpression", "RebalancePartitions", "Union",
+    "ResolvedHint", "EventTimeWatermark", "CollectMetrics", "View", "StreamingRelationV2", "StreamingRelation",
+    "StreamingDataSourceV2Relation", "StreamingDataSourceV2ScanRelation"})
+_KEEPS_ROWS_CONNECT: Final = frozenset({
+    "Project", "WithColumns", "WithColumnsRenamed", "Drop", "ToDF", "SubqueryAlias", "Repartition",
+    "RepartitionByExpression", "Hint", "WithWatermark", "CollectMetrics", "SetOperation", "DataSource", "Read"})
+
+
+def _row_dropping_steps(df: DataFrame) -> list[str]:
+    """The steps of ``df``'s plan that can drop rows (by their Spark names), between its sources and it."""
+    jdf = getattr(df, "_jdf", None)
+    if jdf is not None:  # a classic session: the analyzed plan, through the JVM
+        found: list[str] = []
+        pending = [jdf.queryExecution().analyzed()]
+        while pending:
+            node = pending.pop()
+            name = str(node.nodeName())
+            if name not in _KEEPS_ROWS_CLASSIC:
+                found.append(name)
+                continue
+            children = node.children()
+            pending.extend(children.apply(i) for i in range(children.size()))
+        return found
+    plan = getattr(df, "_plan", None)  # a Spark Connect DataFrame: the client's plan
+    if plan is None:
+        return []
+    found, stack = [], [plan]
+    while stack:
+        node = stack.pop()
+        name = type(node).__name__
+        if name not in _KEEPS_ROWS_CONNECT:
+            found.append(name)
+            continue
+        stack.extend(child for child in (getattr(node, "_child", None), getattr(node, "other", None))
+                     if child is not None)
+    return found
+
+
+def _check_rows_kept(df: DataFrame) -> None:
+    steps = _row_dropping_steps(df)
+    if steps:
+        raise ValueError(f"with_watermark must be called right on the readStream.format('controlmsg') DataFrame: "
+                         f"this one was made with {', '.join(sorted(set(steps)))}, which can drop the watermark rows "
+                         "(every field but _watermark is null), and then Spark's watermark never moves and no window "
+                         "closes; call with_watermark(df, ...) right after .load() (selects and withColumn are "
+                         "fine) and filter, join or dropna its result")
 
 
 def _check(df: DataFrame, event_time: str) -> None:

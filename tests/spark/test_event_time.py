@@ -365,3 +365,25 @@ def test_two_stages_carry_the_reconciled_watermark_and_the_end_of_stream_onward(
     got = {(r["window"]["start"], r["user"]): r["n"] for r in spark.read.schema(OUT_SCHEMA).parquet(str(out)).collect()}
     assert got == dict(want)
     assert all(op["numRowsDroppedByWatermark"] == 0 for p in hop2.recentProgress for op in p["stateOperators"])
+
+
+@pytest.mark.parametrize(("make", "step"), [
+    (lambda ev: ev.filter(F.col("amount") > 0), "Filter"),
+    (lambda ev: ev.dropna(subset=["user"]), "Filter"),
+    (lambda ev: ev.dropDuplicates(["user", "ts"]), "Deduplicate"),
+    (lambda ev: ev.join(ev.sparkSession.createDataFrame([("u1", "gold")], "user string, tier string"), "user"),
+     "Join"),
+])
+def test_a_step_that_can_drop_the_watermark_rows_before_with_watermark_is_refused(
+        spark: SparkSession, bootstrap_servers: str, new_topic: Callable[..., str],
+        make: Callable[[DataFrame], DataFrame], step: str) -> None:
+    """A filter before ``with_watermark`` dropped the watermark rows and the query ended with no window and no
+    word; now ``with_watermark`` refuses it, naming the step, before any query starts."""
+    events = stream(spark, new_topic(1), bootstrap_servers)
+    with pytest.raises(ValueError, match=rf"must be called right on the readStream.*made with .*{step}"):
+        with_watermark(make(events), "ts")
+    # selects and new columns keep every row: accepted, as is a filter after it
+    kept = events.withColumn("cents", F.col("amount") * 100).select("user", "ts", "cents", "_watermark",
+                                                                     "_partition_watermark", "_control")
+    assert with_watermark(kept, "ts").filter(F.col("cents") > 0).columns == [
+        "user", "ts", "cents", "_watermark", "_partition_watermark"]
