@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 import orjson
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
 
-from controlmsg.core.bookkeeping import PartitionEnded, PartitionStatus, StreamEnded, WatermarkAdvanced
+from controlmsg.core.bookkeeping import PartitionEnded, StreamEnded, WatermarkAdvanced
 from controlmsg.core.messages import MAX_TIMESTAMP
+from controlmsg.core.progress import expected_task_names, waiting_for
 from controlmsg.errors import ControlMsgError, ProtocolError
 from controlmsg.kafka.admin import add_topic_options, create_topic, topic_settings_from_args
 from controlmsg.kafka.reader import DataRecord, Item
@@ -221,19 +222,6 @@ def _item_json(item: Item) -> bytes:
     return b'{"kind":"end_of_stream"}'
 
 
-def _waiting_for(status: PartitionStatus) -> str:
-    if status.task_count is None:
-        return "no control message of the run yet (task count unknown)"
-    parts = []
-    if status.open_tasks:
-        parts.append("tasks " + ", ".join(status.open_tasks))
-    unheard = status.unheard_tasks or 0
-    if unheard:
-        parts.append(f"{unheard} task(s) not heard from yet")
-    ended = f"{len(status.ended_tasks)} of {status.task_count} ended"
-    return f"waiting for end of stream from {' and '.join(parts)} ({ended})"
-
-
 class _Interrupted(Exception):
     pass
 
@@ -319,9 +307,10 @@ def _cmd_consume(args: argparse.Namespace) -> int:
             code = EXIT_TIMEOUT
             print(f"timeout: topic {args.topic!r} has not reached end of stream after {args.timeout:g} s",
                   file=sys.stderr)
+            expected = expected_task_names(reader.tracker)
             for status in reader.tracker.statuses():
                 if not status.is_ended:
-                    print(f"  partition {status.partition}: {_waiting_for(status)}", file=sys.stderr)
+                    print(f"  partition {status.partition}: {waiting_for(status, expected)}", file=sys.stderr)
     except ProtocolError as exc:
         print(f"protocol error: {exc}", file=sys.stderr)
         code = EXIT_PROTOCOL
@@ -441,11 +430,7 @@ def _inspect_once(conf: dict[str, Any], args: argparse.Namespace) -> int:
             if s.idle_tasks:
                 line += f"; idle [{', '.join(sorted(s.idle_tasks))}]"
             if not s.is_ended:
-                owing = s.open_tasks
-                unheard = s.unheard_tasks or 0
-                line += f"; owe end of stream: {', '.join(owing) or '-'}"
-                if unheard:
-                    line += f" (+{unheard} not heard from)"
+                line += f"; {waiting_for(s, expected_task_names(run.tracker))}"
                 holder = s.holding_task
                 if holder is not None:
                     others = [ts for t, ts in s.watermarks.items()

@@ -18,10 +18,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from controlmsg.core.bookkeeping import InputTracker
+from controlmsg.core.bookkeeping import InputTracker, PartitionStatus
 from controlmsg.core.messages import MAX_TIMESTAMP, MIN_TIMESTAMP
+from controlmsg.core.naming import parse_task_name
 
-__all__ = ["UpstreamProgress", "format_duration", "format_timestamp", "progress_line", "upstream_progress"]
+__all__ = [
+    "UpstreamProgress",
+    "expected_task_names",
+    "format_duration",
+    "format_timestamp",
+    "progress_line",
+    "upstream_progress",
+    "waiting_for",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,3 +142,50 @@ def progress_line(progress: UpstreamProgress, *, now_ms: int, records: int, rate
     if progress.task_count is not None:
         parts.append(f"{progress.ended_tasks} of {progress.task_count} upstream tasks ended")
     return ", ".join(parts)
+
+
+def expected_task_names(tracker: InputTracker) -> set[str] | None:
+    """All task names of the run, when they follow :func:`~controlmsg.core.naming.task_name`'s pattern
+    (one prefix, indexes below the task count); ``None`` when that cannot be told."""
+    count = tracker.task_count
+    if count is None:
+        return None
+    known: set[str] = set()
+    for status in tracker.statuses():
+        known |= status.reported_tasks
+    prefixes = set()
+    for name in known:
+        parsed = parse_task_name(name)
+        if parsed is None or parsed[1] >= count:
+            return None
+        prefixes.add(parsed[0])
+    if len(prefixes) != 1:
+        return None
+    (prefix,) = prefixes
+    return {f"{prefix}-p{i}" for i in range(count)}
+
+
+def waiting_for(status: PartitionStatus, expected: set[str] | None = None) -> str:
+    """What partition ``status`` still waits for, in words: the upstream tasks that reported but have not
+    ended, and those not heard from (by name when ``expected`` holds every task name, see
+    :func:`expected_task_names`). The one wording of a partition's wait: the CLI's ``consume`` and
+    ``inspect`` and the data source's timeout all say it so."""
+    if status.task_count is None:
+        return "no control message of the run yet (upstream task count unknown)"
+    parts = []
+    if status.open_tasks:
+        parts.append("upstream tasks " + ", ".join(status.open_tasks) + " (reported, not ended)")
+    unheard = status.unheard_tasks or 0
+    if unheard:
+        if expected is not None:
+            names = sorted(expected - status.reported_tasks, key=_task_order)
+            parts.append("upstream tasks " + ", ".join(names) + " (not heard from)")
+        else:
+            parts.append(f"{unheard} upstream task(s) not heard from")
+    ended = f"{len(status.ended_tasks)} of {status.task_count} ended"
+    return f"waiting for end of stream from {' and '.join(parts)}; {ended}"
+
+
+def _task_order(name: str) -> tuple[str, int]:
+    parsed = parse_task_name(name)
+    return parsed if parsed is not None else (name, -1)

@@ -88,7 +88,7 @@ from pyspark.sql.types import StructType
 
 from controlmsg.core.bookkeeping import InputTracker, PartitionStatus
 from controlmsg.core.codec import decode
-from controlmsg.core.naming import parse_task_name
+from controlmsg.core.progress import expected_task_names, waiting_for
 from controlmsg.errors import ControlMsgError, Location, ProtocolError, ReadError
 from controlmsg.kafka.admin import offset_spans, wait_for_topic, watermark_offsets
 from controlmsg.kafka.deadletter import DeadLetters, check_dead_letter_topic
@@ -107,7 +107,6 @@ __all__ = [
     "EndOfStreamTimeout",
     "StreamReader",
     "TopicPartitions",
-    "waiting_for",
 ]
 
 RAW_SCHEMA: Final = "partition int, offset long, key string, value string"
@@ -703,54 +702,9 @@ def _capped(mark: int | None, cap: int | None) -> int | None:
 # ---------------------------------------------------------------------------------------------- timeouts
 
 
-def _expected_names(tracker: InputTracker) -> set[str] | None:
-    """All task names of the run, when they follow :func:`~controlmsg.core.naming.task_name`'s pattern
-    (one prefix, indexes below the task count); ``None`` when that cannot be told."""
-    count = tracker.task_count
-    if count is None:
-        return None
-    known: set[str] = set()
-    for status in tracker.statuses():
-        known |= status.reported_tasks
-    prefixes = set()
-    for name in known:
-        parsed = parse_task_name(name)
-        if parsed is None or parsed[1] >= count:
-            return None
-        prefixes.add(parsed[0])
-    if len(prefixes) != 1:
-        return None
-    (prefix,) = prefixes
-    return {f"{prefix}-p{i}" for i in range(count)}
-
-
-def waiting_for(status: PartitionStatus, expected: set[str] | None = None) -> str:
-    """What partition ``status`` still waits for, in words: the upstream tasks that reported but have
-    not ended, and those not heard from (by name when ``expected`` holds every task name)."""
-    if status.task_count is None:
-        return "no control message of the run yet (upstream task count unknown)"
-    parts = []
-    if status.open_tasks:
-        parts.append("upstream tasks " + ", ".join(status.open_tasks) + " (reported, not ended)")
-    unheard = status.unheard_tasks or 0
-    if unheard:
-        if expected is not None:
-            names = sorted(expected - status.reported_tasks, key=_task_order)
-            parts.append("upstream tasks " + ", ".join(names) + " (not heard from)")
-        else:
-            parts.append(f"{unheard} upstream task(s) not heard from")
-    ended = f"{len(status.ended_tasks)} of {status.task_count} ended"
-    return f"waiting for end of stream from {' and '.join(parts)}; {ended}"
-
-
-def _task_order(name: str) -> tuple[str, int]:
-    parsed = parse_task_name(name)
-    return parsed if parsed is not None else (name, -1)
-
-
 def _timeout_error(opts: ReadOptions, tracker: InputTracker, partitions: list[int]) -> EndOfStreamTimeout:
     statuses = [s for s in tracker.statuses() if not s.is_ended]
-    expected = _expected_names(tracker)
+    expected = expected_task_names(tracker)
     lines = [f"partition {s.partition}: {waiting_for(s, expected)}" for s in statuses]
     message = (
         f"topic {opts.topic!r} run {opts.run_id!r}: end of stream not reached within {opts.timeout:g} s on "

@@ -67,7 +67,7 @@ def test_reference_scenario_step_by_step(kafka_config: dict[str, Any], bootstrap
         code, lines, stderr = consume(bootstrap_servers, topic, "--timeout", "3", "--checkpoint", ckpt)
         assert code == 3, stderr
         assert [line["timestamp"] for line in kinds(lines, "watermark")] == expected
-        assert "partition 0: waiting for end of stream from tasks task0, task1" in stderr
+        assert "partition 0: waiting for end of stream from upstream tasks task0, task1 (reported, not ended)" in stderr
     write(kafka_config, topic, [(p, None, eos(t, 2)) for p in (0, 1) for t in ("task0", "task1")])
     code, lines, stderr = consume(bootstrap_servers, topic, "--timeout", "20", "--checkpoint", ckpt, "--until-eos")
     assert code == 0, stderr
@@ -111,7 +111,7 @@ def test_old_run_end_of_stream_does_not_end_new_run(kafka_config: dict[str, Any]
     assert code == 3, stderr
     assert kinds(lines, "end_of_stream") == [] and kinds(lines, "partition_end") == []
     assert [line["timestamp"] for line in kinds(lines, "watermark")] == [50]
-    assert "waiting for end of stream from tasks a (1 of 2 ended)" in stderr
+    assert "waiting for end of stream from upstream tasks a (reported, not ended); 1 of 2 ended" in stderr
     write(kafka_config, topic, [(p, None, eos("a", 2, run="new")) for p in (0, 1)])
     code, lines, stderr = consume(bootstrap_servers, topic, "--run-id", "new", "--until-eos", "--timeout", "30")
     assert code == 0, stderr
