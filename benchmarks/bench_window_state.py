@@ -39,10 +39,10 @@ import orjson
 from common import add_cluster_options, delete_topics, kafka_cluster, load_average
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from controlmsg.core.windows import TumblingWindows
 from controlmsg.errors import DeliveryError
 from controlmsg.kafka import ControlWriter, create_topic
 from controlmsg.streaming.window import read_task_state, state_key, write_task_state
+from controlmsg.streaming.windows import TumblingWindows
 
 RUN = "bench"
 SIZE_MS = 60_000

@@ -1,5 +1,6 @@
-"""The pure core of controlmsg: messages, the envelope codec, the bookkeeping, the watermark policy and
-tumbling windows. No I/O here.
+"""The pure core of controlmsg: messages, the envelope codec, the bookkeeping and the watermark policy. No
+I/O here. (The tumbling windows of the streaming runtime are pure too, and live beside the runtime that
+alone uses them: :mod:`controlmsg.streaming.windows`.)
 
 Nothing in this package imports confluent_kafka or pyspark, reads the clock, sleeps or touches files;
 offsets and messages come in as arguments and events come out as return values.
@@ -25,7 +26,6 @@ from controlmsg.core.messages import (
     WatermarkMessage,
 )
 from controlmsg.core.watermarks import WatermarkCadence, WatermarkPolicy
-from controlmsg.core.windows import LateRecord, TumblingWindows, WindowResult
 
 __all__ = [
     "MAX_TIMESTAMP",
@@ -36,17 +36,14 @@ __all__ = [
     "EndOfStreamMessage",
     "Event",
     "InputTracker",
-    "LateRecord",
     "MessageType",
     "PartitionEnded",
     "PartitionStatus",
     "StreamEnded",
-    "TumblingWindows",
     "WatermarkAdvanced",
     "WatermarkCadence",
     "WatermarkMessage",
     "WatermarkPolicy",
-    "WindowResult",
     "decode",
     "decode_json_payload",
     "encode_control",

@@ -4,7 +4,7 @@ runs inside a long-running Spark task (:mod:`controlmsg.streaming.runtime`), but
 :func:`run_window_task` owns ``partitions`` of ``input_topic`` and loops:
 
 1. ``ControlReader.poll()``: user records (JSON ``{"key", "event_ms", ...}``) go into a
-   :class:`~controlmsg.core.windows.TumblingWindows`; a record whose window the reconciled watermark has
+   :class:`~controlmsg.streaming.windows.TumblingWindows`; a record whose window the reconciled watermark has
    already closed goes to ``late_topic`` instead (plain JSON, not an envelope: the record's fields plus
    ``watermark``, ``window_start``, ``reason``, ``upstream_task`` and ``upstream_partition``; its origin
    in ``controlmsg-late-*`` headers too: input topic, partition, offset and upstream task).
@@ -16,7 +16,7 @@ runs inside a long-running Spark task (:mod:`controlmsg.streaming.runtime`), but
    task's **state** in the compacted ``state_topic``: a record per window changed since the last commit,
    a tombstone per window closed since, then the **header record** keyed ``f"{run_id}/{task_index}"``
    (input offsets, the reader's bookkeeping snapshot, the windows' watermark and counters, the output
-   watermark, counters); see :mod:`controlmsg.core.window_state`. A restart folds the committed records
+   watermark, counters); see :mod:`controlmsg.streaming.window_state`. A restart folds the committed records
    of its state partition back into that state; whatever an interrupted task wrote after its last
    commit is aborted (or fenced by the next task's ``init_transactions``), so nothing is written twice
    and the output watermark never goes back.
@@ -41,8 +41,6 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from controlmsg.core.bookkeeping import StreamEnded, WatermarkAdvanced
 from controlmsg.core.codec import decode_json_payload
 from controlmsg.core.naming import task_name, transactional_id
-from controlmsg.core.window_state import STATE_FORMAT, TaskStateLog, commit_records, header_key, window_prefix
-from controlmsg.core.windows import LateRecord, TumblingWindows, WindowResult
 from controlmsg.errors import CheckpointError, DecodeError, ReadError
 from controlmsg.kafka.admin import wait_for_topic, watermark_offsets
 from controlmsg.kafka.checkpoint import Checkpoint
@@ -51,6 +49,8 @@ from controlmsg.kafka.retry import ConsumerErrors
 from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import ControlWriter
 from controlmsg.spark.progress import Progress
+from controlmsg.streaming.window_state import STATE_FORMAT, TaskStateLog, commit_records, header_key, window_prefix
+from controlmsg.streaming.windows import LateRecord, TumblingWindows, WindowResult
 
 __all__ = [
     "HEADER_LATE_OFFSET",
@@ -115,7 +115,7 @@ class TaskSummary:
 
 def state_key(run_id: str, task_index: int) -> str:
     """The key of task ``task_index``'s header record in the state topic (its window records add
-    ``/w/...``, see :mod:`controlmsg.core.window_state`)."""
+    ``/w/...``, see :mod:`controlmsg.streaming.window_state`)."""
     return header_key(run_id, task_index)
 
 
@@ -123,7 +123,7 @@ def read_task_state(config: Mapping[str, Any], state_topic: str, run_id: str, ta
                     timeout: float = 30.0) -> TaskStateLog | None:
     """The task's state as its latest commit left it (``None``: no header record, the task never
     committed): every record of its state partition, read with ``read_committed`` from the beginning up to
-    the end offset taken at the start, folded by :class:`~controlmsg.core.window_state.TaskStateLog`.
+    the end offset taken at the start, folded by :class:`~controlmsg.streaming.window_state.TaskStateLog`.
     Records of aborted transactions are never seen.
 
     Call it after the task's transactional producer has been initialised: ``init_transactions`` aborts

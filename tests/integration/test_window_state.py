@@ -13,7 +13,6 @@ import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
-from controlmsg.core.windows import TumblingWindows
 from controlmsg.kafka import ControlReader, ControlWriter, create_topic
 from controlmsg.streaming.window import (
     read_task_state,
@@ -22,6 +21,7 @@ from controlmsg.streaming.window import (
     state_topic_config,
     write_task_state,
 )
+from controlmsg.streaming.windows import TumblingWindows
 
 RUN = "run-s"
 SIZE = 1000

@@ -18,7 +18,6 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from controlmsg.core.bookkeeping import WatermarkAdvanced
 from controlmsg.core.codec import decode_json_payload
-from controlmsg.core.windows import TumblingWindows
 from controlmsg.kafka import ControlReader, ControlWriter, DataRecord, create_topic
 from controlmsg.streaming import window
 from controlmsg.streaming.window import (
@@ -30,6 +29,7 @@ from controlmsg.streaming.window import (
     TaskSummary,
     run_window_task,
 )
+from controlmsg.streaming.windows import TumblingWindows
 from tests.transactions import held_back
 
 WINDOW = 1000

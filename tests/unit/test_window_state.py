@@ -1,4 +1,4 @@
-"""The window state changelog (controlmsg.core.window_state) and the change tracking of TumblingWindows:
+"""The window state changelog (controlmsg.streaming.window_state) and the change tracking of TumblingWindows:
 a restore from the committed records equals a replay of everything committed, whatever the interleaving
 of records, watermarks, commits, restarts, compaction and other tasks writing the same partition."""
 
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controlmsg.core.window_state import STATE_FORMAT, TaskStateLog, commit_records, header_key, window_prefix
-from controlmsg.core.windows import TumblingWindows, WindowResult
 from controlmsg.errors import CheckpointError
+from controlmsg.streaming.window_state import STATE_FORMAT, TaskStateLog, commit_records, header_key, window_prefix
+from controlmsg.streaming.windows import TumblingWindows, WindowResult
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

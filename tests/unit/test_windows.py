@@ -1,4 +1,4 @@
-"""Event-time tumbling windows (controlmsg.core.windows): bounds, SQL SUM, lateness, end of stream,
+"""Event-time tumbling windows (controlmsg.streaming.windows): bounds, SQL SUM, lateness, end of stream,
 checkpoints, and a reference model checked over arbitrary interleavings of records and watermarks."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controlmsg.core.messages import MAX_TIMESTAMP, MIN_TIMESTAMP
-from controlmsg.core.windows import LateRecord, TumblingWindows, WindowResult
 from controlmsg.errors import CheckpointError
+from controlmsg.streaming.windows import LateRecord, TumblingWindows, WindowResult
 
 from .strategies import json_values
 

@@ -40,7 +40,7 @@ comes in only as these arguments. The rules:
 * **Changes since the last commit.** The operator remembers which windows changed (were created or got a
   record) and which windows it closed since the last :meth:`~TumblingWindows.mark_committed`;
   :meth:`~TumblingWindows.changes` lists them, so that a checkpoint can write only those
-  (:mod:`controlmsg.core.window_state`). A window created and closed between two commits is in neither
+  (:mod:`controlmsg.streaming.window_state`). A window created and closed between two commits is in neither
   list: the last commit never saw it. :meth:`~TumblingWindows.state_header` is the rest of the state (the
   snapshot without its windows, plus their number). A new or restored operator starts with no changes;
   :meth:`~TumblingWindows.mark_uncommitted` counts every open window as changed (when the last commit
@@ -413,7 +413,7 @@ class TumblingWindows:
 
     def state_header(self) -> dict[str, Any]:
         """:meth:`snapshot` without the open windows, plus ``"openWindows"``: their number. With a changelog
-        of the windows (:mod:`controlmsg.core.window_state`), it restores the operator exactly."""
+        of the windows (:mod:`controlmsg.streaming.window_state`), it restores the operator exactly."""
         return {
             "format": SNAPSHOT_FORMAT,
             "sizeMs": self._size,

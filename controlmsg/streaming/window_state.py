@@ -6,11 +6,11 @@ Each commit of task ``i`` of run ``r`` writes, in one transaction, to one partit
 * one **window record** per window created or changed since the last commit, keyed
   ``window_key(r, i, start, key)`` = ``f"{r}/{i}/w/"`` + the compact JSON of ``[start, key]``, whose
   value is the JSON ``[count, [sum per field]]`` (sums encoded as in
-  :meth:`~controlmsg.core.windows.TumblingWindows.snapshot`);
+  :meth:`~controlmsg.streaming.windows.TumblingWindows.snapshot`);
 * one **tombstone** (value ``None``) per window that the last commit held and that has closed since;
 * then, **last**, the **header record** keyed ``header_key(r, i)`` = ``f"{r}/{i}"``: a JSON object with
   ``"format": STATE_FORMAT``, the caller's fields (input offsets, bookkeeping...) and ``"windows"``:
-  :meth:`~controlmsg.core.windows.TumblingWindows.state_header` (watermark, counters and the number of
+  :meth:`~controlmsg.streaming.windows.TumblingWindows.state_header` (watermark, counters and the number of
   open windows).
 
 Every record is small (one window), so no commit comes near Kafka's record size limit however many
@@ -44,8 +44,8 @@ from typing import Any, Final
 
 import orjson
 
-from controlmsg.core.windows import TumblingWindows, WindowChanges
 from controlmsg.errors import CheckpointError
+from controlmsg.streaming.windows import TumblingWindows, WindowChanges
 
 __all__ = [
     "STATE_FORMAT",
