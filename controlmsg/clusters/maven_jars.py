@@ -473,8 +473,8 @@ def _fetch(jar_set: JarSet, root: Path, lock: Sequence[LockedJar], found: Sequen
                 problems = verify_jars(jars, lock, exact=False)
                 if not problems:
                     _install(jar_set, jars, work, lock, libs)
-                    _logger.info("fetched and verified %d jars of %s with %s in %.1f s into %s",
-                                 len(lock), jar_set.title, label, time.monotonic() - started, libs)
+                    _logger.info("fetched and verified %s (%d jars) with %s in %.1f s into %s",
+                                 jar_set.title, len(lock), label, time.monotonic() - started, libs)
                     return libs
                 _logger.warning("the jars that %s delivered for %s are refused:\n%s", label, jar_set.title,
                                 _summary(problems))

@@ -107,7 +107,7 @@ def test_a_corrupted_cached_jar_is_refused_and_fetched_again(
     libs = kj.ensure_kafka_libs(tmp_path / "cache")
     _flip_a_byte(libs / "b-2.0.jar")
     damaged = hashlib.sha256((libs / "b-2.0.jar").read_bytes()).hexdigest()
-    with caplog.at_level(logging.WARNING, logger=kj.__name__):
+    with caplog.at_level(logging.WARNING, logger=maven_jars.__name__):
         assert kj.ensure_kafka_libs(tmp_path / "cache") == libs
     assert fake.calls == [False, False]
     assert kj.verify_jars(libs, kj.read_lock(lock)) == []
