@@ -204,14 +204,21 @@ def _markers(port: int) -> tuple[str, str]:
     return _SERVER_MODULE, f"-p {port}"
 
 
-def _request(endpoint: S3Endpoint, method: str, path: str) -> int:
-    """The HTTP status of an unsigned ``method`` on ``path`` (moto does not check signatures)."""
+def _request(endpoint: S3Endpoint, method: str, path: str) -> tuple[int, str]:
+    """The HTTP status and body of an unsigned ``method`` on ``path`` (moto does not check signatures)."""
     request = urllib.request.Request(endpoint.url + path, method=method)
     try:
         with urllib.request.urlopen(request, timeout=_REQUEST_TIMEOUT) as response:
-            return int(response.status)
+            return int(response.status), response.read().decode("utf-8", errors="replace")
     except urllib.error.HTTPError as exc:
-        return int(exc.code)
+        return int(exc.code), exc.read().decode("utf-8", errors="replace")
+
+
+def _s3_error(body: str) -> str:
+    """``Code: Message`` of an S3 error document, or the body's start when it is none."""
+    fields = [body.split(f"<{tag}>", 1)[1].split(f"</{tag}>", 1)[0] for tag in ("Code", "Message")
+              if f"<{tag}>" in body and f"</{tag}>" in body]
+    return ": ".join(fields) if fields else body.strip()[:200]
 
 
 def _wait_until_serving(endpoint: S3Endpoint, deadline: float, timeout: float) -> None:
@@ -220,7 +227,7 @@ def _wait_until_serving(endpoint: S3Endpoint, deadline: float, timeout: float) -
             raise S3Error(f"the local S3 endpoint (pid {endpoint.pid}) exited during start-up"
                           + log_tail(endpoint.log_path))
         with contextlib.suppress(OSError):
-            if _request(endpoint, "GET", "/") == 200:  # S3's ListBuckets
+            if _request(endpoint, "GET", "/")[0] == 200:  # S3's ListBuckets
                 return
         if time.monotonic() >= deadline:
             raise S3Error(f"the local S3 endpoint at {endpoint.url} (pid {endpoint.pid}) did not answer within "
@@ -230,14 +237,15 @@ def _wait_until_serving(endpoint: S3Endpoint, deadline: float, timeout: float) -
 
 def create_bucket(endpoint: S3Endpoint, bucket: str) -> str:
     """Create ``bucket`` on ``endpoint`` (in :data:`REGION`; an existing one of ours is kept) and return
-    ``s3a://<bucket>``. Raises :class:`S3Error` naming the bucket and the answer when S3 refuses."""
+    ``s3a://<bucket>``. Raises :class:`S3Error` naming the bucket and S3's error code and message when it
+    refuses (an invalid name: 3 to 63 lower-case letters, digits, dots and hyphens)."""
     try:
-        status = _request(endpoint, "PUT", f"/{bucket}")
+        status, body = _request(endpoint, "PUT", f"/{bucket}")
     except OSError as exc:
         raise S3Error(f"cannot create the bucket {bucket!r} on {endpoint.url}: {exc}") from exc
     if status != 200:
         raise S3Error(f"the local S3 endpoint at {endpoint.url} refused to create the bucket {bucket!r} "
-                      f"(HTTP {status})" + log_tail(endpoint.log_path))
+                      f"(HTTP {status}, {_s3_error(body)})")
     return f"s3a://{bucket}"
 
 

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from controlmsg.clusters.processes import free_ports
+from controlmsg.clusters.processes import free_ports, pid_alive
 
 __all__ = ["Cluster", "start_cluster", "stop_cluster"]
 
@@ -96,15 +96,20 @@ def start_cluster(directory: Path, cores: int = 6, memory: str = "6g", timeout: 
     worker_dirs: list[Path] = []
     try:
         _wait_for_line(master_log, "I have been elected leader", timeout)
-        for number in range(1, workers + 1):
+        worker_logs: list[Path] = []
+        taken = {port, web_port}
+        for number in range(1, workers + 1):  # all at once, then wait for each to register
             suffix = "" if number == 1 else f"-{number}"
             work = directory / f"work{suffix}"
-            worker_log = directory / f"worker{suffix}.log"
+            worker_logs.append(directory / f"worker{suffix}.log")
+            ui_port = free_ports(exclude=taken)
+            taken.add(ui_port)
             worker_pids.append(_spawn(
                 [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
-                 "--cores", str(cores), "--memory", memory, "--webui-port", str(free_ports(exclude={port})),
-                 "--work-dir", str(work)], worker_log, env))
+                 "--cores", str(cores), "--memory", memory, "--webui-port", str(ui_port),
+                 "--work-dir", str(work)], worker_logs[-1], env))
             worker_dirs.append(work)
+        for worker_log in worker_logs:
             _wait_for_line(worker_log, "Successfully registered with master", timeout)
     except BaseException:
         for pid in (*worker_pids, master_pid):
@@ -124,9 +129,9 @@ def _kill(pid: int) -> None:
     except ProcessLookupError:
         return
     for _ in range(50):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        # pid_alive, not kill(pid, 0): a dead child of ours stays a zombie, which kill(pid, 0) finds alive,
+        # until it is reaped (which pid_alive does).
+        if not pid_alive(pid):
             return
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
