@@ -158,14 +158,19 @@ def main(argv: list[str] | None = None) -> int:
         cluster = start_cluster(directory, args.cores, workers=args.workers)
         print(cluster.master_url)
         return 0
-    record = directory / "cluster.json"
-    if not record.exists():
+    record, older = directory / "cluster.json", directory / "cluster.txt"  # older: one worker, before N
+    if record.exists():
+        found = json.loads(record.read_text())
+        stop_cluster(Cluster(found["master_url"], int(found["master_pid"]),
+                             tuple(int(pid) for pid in found["worker_pids"]), directory))
+        record.unlink()
+    elif older.exists():
+        url, master, worker = older.read_text().split()
+        stop_cluster(Cluster(url, int(master), (int(worker),), directory))
+        older.unlink()
+    else:
         print("no cluster recorded in " + str(directory), file=sys.stderr)
         return 1
-    found = json.loads(record.read_text())
-    stop_cluster(Cluster(found["master_url"], int(found["master_pid"]),
-                         tuple(int(pid) for pid in found["worker_pids"]), directory))
-    record.unlink()
     return 0
 
 
