@@ -7,7 +7,8 @@ fixtures (``kafka_config``, ``bootstrap_servers``, ``new_topic``) come from ``te
 Cluster storage, for checkpoints that live where a cluster's would: ``hdfs`` (a session's local HDFS) and
 ``hdfs_dir`` (a fresh ``hdfs://`` directory per test); ``s3`` (a session's moto endpoint with the bucket
 ``S3_BUCKET``), ``s3_dir`` (a fresh ``s3a://`` directory per test) and ``s3a_conf`` (the Spark settings a
-new application needs for it).
+new application needs for it; ``helpers.spark_conf_args`` turns them into a ``spark_jobs`` command's
+``--spark-conf`` arguments).
 """
 
 from __future__ import annotations

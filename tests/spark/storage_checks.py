@@ -98,12 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("check", choices=["parquet-and-checkpoint", "executor-dirs"])
     parser.add_argument("--master", required=True)
     parser.add_argument("--base", required=True, help="a fresh directory URI (hdfs://..., s3a://...)")
-    parser.add_argument("--conf", type=Path, help="a JSON object of Spark settings")
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting (repeatable), as spark_jobs take them")
     parser.add_argument("--result", type=Path, required=True, help="where the JSON result goes")
     args = parser.parse_args(argv)
     from controlmsg.spark import spark_session
 
-    conf = json.loads(args.conf.read_text()) if args.conf else {}
+    conf = dict(setting.split("=", 1) for setting in args.spark_conf)
     spark = spark_session(args.master, app_name=f"storage-{args.check}", conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
     try:

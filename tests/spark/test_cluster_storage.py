@@ -22,6 +22,7 @@ from controlmsg.clusters.processes import log_tail
 from controlmsg.clusters.standalone import start_cluster, stop_cluster
 
 from . import storage_checks
+from .helpers import spark_conf_args
 
 pytestmark = pytest.mark.spark
 
@@ -33,10 +34,9 @@ def run_driver(tmp_path: Path, check: str, master: str, base: str, conf: dict[st
                timeout: float = 420.0) -> Any:
     """Run ``storage_checks`` as a Spark application of its own; its JSON result. Fails with the tail of its
     output when it fails."""
-    conf_file, result, log = tmp_path / "conf.json", tmp_path / "result.json", tmp_path / "driver.log"
-    conf_file.write_text(json.dumps(conf))
+    result, log = tmp_path / "result.json", tmp_path / "driver.log"
     cmd = [sys.executable, "-m", "tests.spark.storage_checks", check, "--master", master, "--base", base,
-           "--conf", str(conf_file), "--result", str(result)]
+           *spark_conf_args(conf), "--result", str(result)]
     with log.open("wb") as out:
         code = subprocess.run(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, timeout=timeout,
                               check=False).returncode
