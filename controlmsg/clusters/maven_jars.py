@@ -30,7 +30,7 @@ actual checksum. A half-finished resolution (a killed process) stays in its temp
 used, and is removed by the next one.
 
 The cached ``libs/`` is verified in full (every jar's SHA-256) each time it is about to be used, and fetched
-again when it fails: about 0.05 s for Kafka's 44 MB, about 0.5 s for S3A's 690 MB.
+again when it fails: about 0.05 s for Kafka's 44 MB, about 0.8 s for S3A's 690 MB.
 
 Maintainers: after a version change, ``python -m <module> --write-lock`` (each set's module) resolves the
 set anew (no verification) and rewrites its lock; review the diff.

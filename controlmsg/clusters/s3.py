@@ -6,7 +6,7 @@ one process, objects in memory, any access key accepted. Spark reaches it throug
 dependencies, above all the AWS SDK bundle (``software.amazon.awssdk:bundle``, about 655 MB). They are pinned
 by SHA-256 in ``s3a-jars.lock`` next to this module, fetched once into ``<cache>/hadoop-aws-<version>/libs``
 with a private resolver cache (so the bundle is on disk once), and verified before every use
-(:mod:`controlmsg.clusters.maven_jars`; about 0.5 s to hash).
+(:mod:`controlmsg.clusters.maven_jars`; about 0.8 s to hash).
 
 ``python -m controlmsg.clusters.s3 start [--dir D] [--bucket B]`` starts the endpoint, creates the bucket and
 prints the Spark settings as ``--conf key=value`` lines; ``stop`` ends it. Tests use :func:`start_s3`,
