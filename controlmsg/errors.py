@@ -19,6 +19,7 @@ __all__ = [
     "ControlMsgError",
     "DecodeError",
     "DeliveryError",
+    "LocalClusterError",
     "Location",
     "ProtocolError",
     "ProtocolViolation",
@@ -96,7 +97,13 @@ class ConfigError(ControlMsgError):
     librdkafka does not know or a value it refuses. The message names the setting and where it came from."""
 
 
-class BrokerError(ControlMsgError):
+class LocalClusterError(ControlMsgError):
+    """A local cluster of :mod:`controlmsg.clusters` (a Kafka broker, HDFS, an S3 endpoint, a Spark
+    standalone cluster) or the jars it runs from cannot be fetched, verified, started, reached or stopped.
+    The message names the cluster, what failed and why, with the tail of its log where there is one."""
+
+
+class BrokerError(LocalClusterError):
     """The local Kafka broker cannot be fetched, started, reached or stopped."""
 
 

@@ -19,12 +19,12 @@ import time
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
-from controlmsg.errors import BrokerError
+from controlmsg.errors import BrokerError, LocalClusterError
 
 __all__ = [
     "as_text", "cmdline", "descendants", "file_lock", "is_process_of", "java_executable", "log_tail", "pid_alive",
     "port_free",
-    "run_tool", "spawn_detached", "tail_section", "tcp_accepts", "terminate", "write_text_atomic",
+    "run_tool", "spawn_detached", "tail_section", "tcp_accepts", "terminate", "terminate_group", "write_text_atomic",
 ]
 
 LOG_TAIL_LINES = 30
@@ -309,6 +309,24 @@ def terminate(pid: int, markers: Sequence[str], timeout: float, *, what: str = "
         os.kill(pid, signal.SIGKILL)
     if not _wait_gone(pid, markers, _KILL_WAIT):
         raise BrokerError(f"{what} {pid} is still alive after SIGKILL")
+
+
+def terminate_group(pid: int, markers: Sequence[str], timeout: float, *, what: str = "process") -> bool:
+    """Stop the process group that ``pid`` leads (as :func:`spawn_detached` starts them): SIGTERM to the group,
+    wait up to ``timeout`` s for ``pid`` to end, then SIGKILL to the group. Only while ``pid`` still runs a
+    command line with every marker (pid reuse); returns False, signalling nothing, when it does not. Blocks
+    until ``pid`` is gone. Raises :class:`LocalClusterError` if it survives SIGKILL."""
+    if not is_process_of(pid, *markers):
+        return False
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGTERM)
+    gone = _wait_gone(pid, markers, timeout)
+    # The rest of the group (children the leader did not wait for) goes with it.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    if not gone and not _wait_gone(pid, markers, _KILL_WAIT):
+        raise LocalClusterError(f"{what} {pid} is still alive after SIGKILL")
+    return True
 
 
 def descendants(root: int) -> list[int]:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from controlmsg.clusters import kafka_jars as kj
+from controlmsg.clusters import maven_jars
 from controlmsg.clusters.processes import free_ports, java_executable
 
 
@@ -66,10 +67,10 @@ def test_a_corrupted_jar_in_a_copied_cache_is_refused_and_fetched_again(
     damaged = hashlib.sha256(data).hexdigest()
     monkeypatch.setenv("PATH", java_only_path)
     monkeypatch.delenv(kj.RESOLVER_ENV, raising=False)
-    with caplog.at_level(logging.INFO, logger=kj.__name__):
+    with caplog.at_level(logging.INFO, logger=maven_jars.__name__):
         assert kj.ensure_kafka_libs(copy) == libs
     assert f"{jar.name}: expected sha256 " in caplog.text and f"got sha256 {damaged}" in caplog.text
-    assert "fetched and verified 46 Kafka jars with ivy" in caplog.text
+    assert f"fetched and verified Apache Kafka {kj.KAFKA_VERSION}'s jars (46 jars) with ivy" in caplog.text
     assert kj.verify_jars(libs, kj.read_lock()) == []
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -34,3 +35,9 @@ def read(spark: SparkSession, topic: str, servers: str, run: str = "r1", schema:
          **more: str) -> DataFrame:
     reader = spark.read.format("controlmsg").options(**options(topic, servers, run, **more))
     return (reader.schema(schema) if schema is not None else reader).load()
+
+
+def spark_conf_args(conf: Mapping[str, str]) -> list[str]:
+    """``--spark-conf KEY=VALUE`` arguments of a job in ``spark_jobs`` for ``conf`` (for example the
+    ``s3a_conf`` fixture's, which a job needs when its ``--checkpoint`` is an ``s3a://`` location)."""
+    return [arg for key, value in conf.items() for arg in ("--spark-conf", f"{key}={value}")]

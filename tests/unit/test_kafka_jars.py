@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from controlmsg.clusters import kafka_jars as kj
+from controlmsg.clusters import maven_jars
 from controlmsg.errors import BrokerError
 
 JARS = {"a-1.0.jar": b"alpha" * 100, "b-2.0.jar": b"bravo" * 200, "kafka_2.13-x.jar": b"kafka" * 300}
@@ -106,7 +107,7 @@ def test_a_corrupted_cached_jar_is_refused_and_fetched_again(
     libs = kj.ensure_kafka_libs(tmp_path / "cache")
     _flip_a_byte(libs / "b-2.0.jar")
     damaged = hashlib.sha256((libs / "b-2.0.jar").read_bytes()).hexdigest()
-    with caplog.at_level(logging.WARNING, logger=kj.__name__):
+    with caplog.at_level(logging.WARNING, logger=maven_jars.__name__):
         assert kj.ensure_kafka_libs(tmp_path / "cache") == libs
     assert fake.calls == [False, False]
     assert kj.verify_jars(libs, kj.read_lock(lock)) == []
@@ -235,8 +236,8 @@ def test_the_ivy_command_uses_ivys_defaults_or_the_users_settings(
             (cache / f"controlmsg.local-{module}-default.xml").write_text("x")
         return ""
 
-    monkeypatch.setattr(kj, "run_tool", fake_run_tool)
-    monkeypatch.setattr(kj, "_spark_ivy_cache", lambda: tmp_path / "spark-ivy" / "cache")
+    monkeypatch.setattr(maven_jars, "run_tool", fake_run_tool)
+    monkeypatch.setattr(maven_jars, "spark_ivy_cache", lambda: tmp_path / "spark-ivy" / "cache")
     monkeypatch.delenv(kj.IVY_SETTINGS_ENV, raising=False)
     resolver = kj._ivy_resolver(tmp_path / "ivy-2.5.3.jar")
     for name in ("w1", "w2", "w3"):
