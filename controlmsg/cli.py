@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import base64
+import importlib
 import signal
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO
 
 import orjson
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
@@ -565,6 +566,20 @@ def _version() -> str:
             f"librdkafka {confluent_kafka.libversion()[0]})")
 
 
+_LOCAL_PARTS: Final = {"kafka": "", "hdfs": "controlmsg.clusters.hdfs", "s3": "controlmsg.clusters.s3",
+                       "spark": "controlmsg.clusters.standalone", "connect": "controlmsg.clusters.connect"}
+"""``controlmsg local PART``: the module whose ``main`` takes the rest of the command line (kafka: ``broker``)."""
+
+
+def _cmd_local(args: argparse.Namespace) -> int:
+    """One verb family for every local cluster: the part's own command line, with its own help."""
+    if args.part == "kafka":
+        return main(["broker", *args.rest])
+    module = importlib.import_module(_LOCAL_PARTS[args.part])
+    code: int = module.main(list(args.rest))
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="controlmsg", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=_version())
@@ -585,6 +600,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start: sasl-ssl = SCRAM-SHA-512 over TLS with ACLs; users, passwords, certificates and "
                         "client-<user>.properties files are made in the data directory (default: plaintext)")
     b.set_defaults(func=_cmd_broker)
+
+    local = sub.add_parser(
+        "local", help="the local clusters: kafka (as `broker`), hdfs, s3, spark (standalone), connect",
+        description="Start, stop or ask after a local cluster: `controlmsg local PART ACTION [OPTIONS]`, "
+                    "PART one of kafka (the options of `controlmsg broker`), hdfs, s3, spark (a standalone "
+                    "master and workers) and connect (a Spark Connect server); `controlmsg local PART --help` "
+                    "lists each part's actions and options.")
+    local.add_argument("part", choices=sorted(_LOCAL_PARTS))
+    local.add_argument("rest", nargs=argparse.REMAINDER, help="ACTION [OPTIONS] of the part")
+    local.set_defaults(func=_cmd_local)
 
     t = sub.add_parser("create-topic", help="create an intermediate topic")
     kafka_opts(t)

@@ -13,7 +13,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -37,29 +37,36 @@ WINDOW_MS = 60_000
 class Stages:
     """The three stages of one run, started and killed one by one."""
 
-    def __init__(self, servers: str, source: str, tmp_path: Path) -> None:
+    def __init__(self, servers: str, source: str, tmp_path: Path, *, storage: Mapping[str, str] | None = None,
+                 master: str = "local[2]", extra: Mapping[str, Sequence[str]] | None = None) -> None:
+        """``storage``: where each stage keeps its checkpoint (``stage_ingest``...) and where the sink writes
+        (``output``); default: directories under ``tmp_path``. ``extra``: more arguments of a stage."""
         self.run_id = f"stages-{uuid.uuid4().hex[:8]}"
         self.dir = tmp_path
         self.events_topic, self.windows_topic = f"{self.run_id}-events", f"{self.run_id}-windows"
-        self.output = tmp_path / "windows.parquet"
-        common = ["--run-id", self.run_id, "--master", "local[2]", "--bootstrap-servers", servers]
+        where = {"stage_ingest": str(tmp_path / "ckpt-ingest"), "stage_window": str(tmp_path / "ckpt-window"),
+                 "stage_sink": str(tmp_path / "ckpt-sink"), "output": str(tmp_path / "windows.parquet"),
+                 **(storage or {})}
+        self.output = where["output"]
+        self.extra = extra or {}
+        common = ["--run-id", self.run_id, "--master", master, "--bootstrap-servers", servers]
         self.commands = {
             "stage_ingest": ["--source-topic", source, "--topic", self.events_topic, "--key", "user",
                              "--event-time", "event_time", "--carry", "amount", "--allowed-lateness", "10s",
                              "--partitions", "3", "--until-source-end", "--max-offsets-per-trigger", "400",
-                             "--checkpoint", str(tmp_path / "ckpt-ingest")],
+                             "--checkpoint", where["stage_ingest"]],
             "stage_window": ["--input-topic", self.events_topic, "--output-topic", self.windows_topic,
                              "--window", "1m", "--sum", "amount", "--partitions", "3",
-                             "--checkpoint", str(tmp_path / "ckpt-window")],
-            "stage_sink": ["--input-topic", self.windows_topic, "--output", str(self.output), "--sum", "amount",
-                           "--checkpoint", str(tmp_path / "ckpt-sink")],
+                             "--checkpoint", where["stage_window"]],
+            "stage_sink": ["--input-topic", self.windows_topic, "--output", self.output, "--sum", "amount",
+                           "--checkpoint", where["stage_sink"]],
         }
         self.common = common
         self.jobs = Jobs(tmp_path)
 
     def start(self, job: str, *extra: str) -> None:
         self.jobs.launch(job, [sys.executable, "-m", f"spark_jobs.{job}", *self.commands[job], *self.common,
-                               *extra, "--summary", str(self.dir / f"{job}.json")])
+                               *self.extra.get(job, ()), *extra, "--summary", str(self.dir / f"{job}.json")])
 
     def kill9(self, job: str) -> None:
         self.jobs.kill9(job)
@@ -110,6 +117,13 @@ def test_three_queries_kill_9_each_rescale_and_the_oracle(spark: SparkSession, k
     finally:
         stages.close()
 
+    check_chain(spark, kafka_config, stages, events)
+
+
+def check_chain(spark: SparkSession, kafka_config: dict[str, Any], stages: Stages,
+                events: list[dict[str, Any]]) -> None:
+    """The chain's outputs against the oracle: every late record once on the late topic, every other record
+    in its window, every window once on the windows topic and in the Parquet output, and every stage ended."""
     late = read_all(kafka_config, f"{stages.windows_topic}-late", stages.run_id)
     assert late, "3% of the events are ten minutes late: some must meet the watermark"
     assert all(v["event_ms"] < v["watermark"] for v in late)
@@ -125,7 +139,7 @@ def test_three_queries_kill_9_each_rescale_and_the_oracle(spark: SparkSession, k
     topic_windows = Counter((r["key"], r["window_start"]) for r in results)
     assert max(topic_windows.values()) == 1, "every window once on the windows topic"
     assert set(topic_windows) == set(want), "the window stage's results"
-    rows = spark.read.parquet(str(stages.output)).collect()
+    rows = spark.read.parquet(stages.output).collect()
     got = Counter((r["key"], r["window_start"]) for r in rows)
     assert max(got.values()) == 1, "every window once, across the kills"
     assert set(got) == set(want)
@@ -133,7 +147,7 @@ def test_three_queries_kill_9_each_rescale_and_the_oracle(spark: SparkSession, k
         count, total = want[(r["key"], r["window_start"])]
         assert r["count"] == count and r["window_end"] == r["window_start"] + WINDOW_MS
         assert abs(r["sum_amount"] - total) <= 1e-9 * max(1.0, abs(total))
-    ingest = orjson.loads((tmp_path / "stage_ingest.json").read_bytes())
+    ingest = orjson.loads((stages.dir / "stage_ingest.json").read_bytes())
     assert ingest["ended"] and ingest["run"]["ended"]
-    window = orjson.loads((tmp_path / "stage_window.json").read_bytes())
+    window = orjson.loads((stages.dir / "stage_window.json").read_bytes())
     assert window["windows"]["ended"] and window["late"]["ended"]
