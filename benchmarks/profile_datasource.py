@@ -140,7 +140,8 @@ def planned_read(kind: str, options: dict[str, str], schema: Any, batches: list[
 
     plain_topic = f"{options['topic']}-plain"
     partitions = int(options["partitions"])
-    for done in AdminClient(dict(config)).create_topics([NewTopic(plain_topic, partitions, 1)]).values():
+    admin = AdminClient(dict(config))  # alive until the future resolves
+    for done in admin.create_topics([NewTopic(plain_topic, partitions, 1)]).values():
         done.result()
     producer = Producer(dict(config))
     produced = 0
@@ -238,7 +239,8 @@ def main() -> int:
                 print(f"read {read_rows} rows, wrote {args.rows}", file=sys.stderr)
                 return 1
         finally:
-            delete_topics(cluster.config, [topic, f"{topic}-warm-up", f"{topic}-plain"])
+            plain_topic = [f"{topic}-plain"] if args.read == "plain" else []
+            delete_topics(cluster.config, [topic, f"{topic}-warm-up", *plain_topic])
     return 0
 
 
