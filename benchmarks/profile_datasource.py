@@ -2,7 +2,7 @@
 bodies run in this process, without Spark, on Arrow batches like those Spark hands them.
 
     python benchmarks/profile_datasource.py [--rows 500000] [--tasks 2] [--partitions 4] [--top 25]
-        [--profiler cprofile|none] [--data-headers true|false]
+        [--profiler cprofile|none] [--data-headers true|false] [--read batch|stream|plain]
         [--bootstrap-servers HOST:PORT | -X K=V | --kafka-config F]
 
 The rows are the synthetic events of the benchmarks (``user`` skewed over ``--keys`` users, ``event_time``
@@ -10,10 +10,15 @@ epoch ms over 30 days, ``amount`` 2% null, ``items``), ``--batch-rows`` rows per
 ``spark.sql.execution.arrow.maxRecordsPerBatch``, 10,000). The write goes through the source's own
 ``writer(...).write(batches)`` (one task after another, as Spark's tasks on one core) then ``commit``,
 the read through ``reader(...).partitions()`` and ``read(partition)`` of each, with ``.schema(...)``:
-both the objects Spark calls. Prints rows/s of each, and with ``--profiler cprofile`` (the default) the
-functions with the largest own time, as a share of the phase. cProfile adds a cost to every Python
-call, which inflates per-record Python code; ``--profiler none`` runs unprofiled, for a sampling profiler
-such as ``py-spy record -- python benchmarks/profile_datasource.py --profiler none``.
+both the objects Spark calls. ``--read`` picks the read measured: ``batch`` (the default: ``spark.read``, each
+task reading its partitions to end of stream), ``stream`` (``spark.readStream``'s executor tasks, planned
+untimed by the driver's ``latestOffset`` and ``partitions`` until the stream ended, reading the planned
+offset ranges with ``_watermark`` and ``_partition_watermark`` columns), or ``plain`` (a topic of the same
+events as plain JSON records, produced untimed, read with ``envelope none``). Prints rows/s of each, and
+with ``--profiler cprofile`` (the default) the functions with the largest own time, as a share of the phase.
+cProfile adds a cost to every Python call, which inflates per-record Python code; ``--profiler none`` runs
+unprofiled, for a sampling profiler such as
+``py-spy record -- python benchmarks/profile_datasource.py --profiler none``.
 """
 
 from __future__ import annotations
@@ -103,6 +108,59 @@ def top_functions(prof: cProfile.Profile, top: int) -> str:
     return "\n".join(lines)
 
 
+def planned_read(kind: str, options: dict[str, str], schema: Any, batches: list[pa.RecordBatch],
+                 config: dict[str, str]) -> tuple[Any, list[Any]]:
+    """The reader Spark's executors would call and the input partitions its driver planned (untimed) for
+    the read ``kind`` of the topic of ``options`` (see the module docstring)."""
+    from pyspark.sql.types import StructField, StructType, TimestampType
+
+    from controlmsg.spark.datasource import ControlMsgDataSource
+
+    if kind == "batch":
+        reader = ControlMsgDataSource(options).reader(schema)
+        return reader, list(reader.partitions())
+    if kind == "stream":
+        marked = StructType([*schema.fields, StructField("_watermark", TimestampType()),
+                             StructField("_partition_watermark", TimestampType())])
+        stream = ControlMsgDataSource(options).streamReader(marked)
+        parts: list[Any] = []
+        start = stream.initialOffset()
+        while True:  # micro-batches until the driver's scan has the stream ended
+            end = stream.latestOffset(start, stream.getDefaultReadLimit())
+            if end == start:
+                break
+            parts.extend(stream.partitions(start, end))
+            start = end
+        stream.stop()
+        return stream, parts
+    import orjson
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    plain_topic = f"{options['topic']}-plain"
+    partitions = int(options["partitions"])
+    admin = AdminClient(dict(config))  # alive until the future resolves
+    for done in admin.create_topics([NewTopic(plain_topic, partitions, 1)]).values():
+        done.result()
+    producer = Producer(dict(config))
+    produced = 0
+    for batch in batches:
+        for row in batch.to_pylist():
+            while True:
+                try:
+                    producer.produce(plain_topic, orjson.dumps(row), str(row["user"]).encode(),
+                                     partition=produced % partitions)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+            produced += 1
+    producer.flush()
+    plain = {k: v for k, v in options.items() if k not in ("runId", "job", "key", "eventTime", "partitions")}
+    reader = ControlMsgDataSource({**plain, "topic": plain_topic, "envelope": "none"}).reader(schema)
+    return reader, list(reader.partitions())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=500_000)
@@ -112,6 +170,8 @@ def main() -> int:
     parser.add_argument("--batch-rows", type=int, default=10_000)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--profiler", choices=("cprofile", "none"), default="cprofile")
+    parser.add_argument("--read", choices=("batch", "stream", "plain"), default="batch",
+                        help="the read measured (default batch; see the module docstring)")
     parser.add_argument("--data-headers", choices=("true", "false"), default="true",
                         help="the writer's option dataHeaders (default true, as the source's): the run and task "
                              "headers on every record")
@@ -160,8 +220,7 @@ def main() -> int:
             if prof is not None:
                 print(top_functions(prof, args.top))
 
-            reader = source.reader(schema)
-            parts = reader.partitions()
+            reader, parts = planned_read(args.read, options, schema, batches, cluster.config)
             read_rows = 0
 
             def read() -> None:
@@ -172,7 +231,7 @@ def main() -> int:
                     read_rows += sum(b.num_rows for b in batches_read if isinstance(b, pa.RecordBatch))
 
             timed, prof = profiled(args.profiler, read)
-            print(f"\nread: {read_rows:,} rows in {len(parts)} tasks, {timed.wall:.2f} s, "
+            print(f"\nread ({args.read}): {read_rows:,} rows in {len(parts)} tasks, {timed.wall:.2f} s, "
                   f"{read_rows / timed.wall:,.0f} rows/s; {timed.per_row(max(read_rows, 1))}")
             if prof is not None:
                 print(top_functions(prof, args.top))
@@ -180,7 +239,8 @@ def main() -> int:
                 print(f"read {read_rows} rows, wrote {args.rows}", file=sys.stderr)
                 return 1
         finally:
-            delete_topics(cluster.config, [topic, f"{topic}-warm-up"])
+            plain_topic = [f"{topic}-plain"] if args.read == "plain" else []
+            delete_topics(cluster.config, [topic, f"{topic}-warm-up", *plain_topic])
     return 0
 
 

@@ -22,9 +22,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from controlmsg.spark.batches import RAW_SCHEMA
     from controlmsg.spark.datasource import ControlMsgDataSource
     from controlmsg.spark.event_time import WATERMARK_COLUMNS, late_records, observed_counts, with_watermark
-    from controlmsg.spark.reading import RAW_SCHEMA, EndOfStreamTimeout
+    from controlmsg.spark.reading import EndOfStreamTimeout
     from controlmsg.spark.session import register, spark_session
     from controlmsg.spark.stage import StageFollower, StageNotEnded, await_stage
     from controlmsg.spark.writing import end_stream, run_status
@@ -48,7 +49,7 @@ __all__ = [
 
 _WHERE = {
     "ControlMsgDataSource": "controlmsg.spark.datasource",
-    "RAW_SCHEMA": "controlmsg.spark.reading",
+    "RAW_SCHEMA": "controlmsg.spark.batches",
     "WATERMARK_COLUMNS": "controlmsg.spark.event_time",
     "with_watermark": "controlmsg.spark.event_time",
     "late_records": "controlmsg.spark.event_time",

@@ -39,7 +39,7 @@ class ControlMsgDataSource(DataSource):
         return "controlmsg"
 
     def schema(self) -> str:
-        from controlmsg.spark.reading import RAW_SCHEMA
+        from controlmsg.spark.batches import RAW_SCHEMA
 
         return RAW_SCHEMA
 

@@ -33,7 +33,7 @@ progress: for a checkpoint anywhere) or ``eventTime`` (the weaker rule: the larg
 
 Readers also take ``partitionsPerTask`` and ``maxTasks`` (how partitions are grouped into reading tasks:
 given either, groups of ``partitionsPerTask`` (default 1) partitions, fewer tasks than ``maxTasks``; given
-neither, groups by the records the partitions hold, see :mod:`controlmsg.spark.reading`), ``batchRows``
+neither, groups by the records the partitions hold, see :mod:`controlmsg.spark.planning`), ``batchRows``
 (rows per Arrow batch, default 10000) and, streaming only, ``maxOffsetsPerTrigger`` (at most this many records per
 micro-batch) and ``maxScanMs`` (how long the driver scans for one micro-batch, default 2000).
 
@@ -50,7 +50,7 @@ raw value that is not UTF-8 but read as a string), as Spark's JSON and CSV sourc
 ``PERMISSIVE`` (the row is kept; the schema must declare the string or binary column
 ``columnNameOfCorruptRecord``, default ``_corrupt_record``, which holds the record's value) or
 ``DROPMALFORMED`` (the row is left out and the record written to ``deadLetterTopic``, which this mode
-requires; ``deadLetterTopic`` alone means this mode). See :mod:`controlmsg.spark.reading`.
+requires; ``deadLetterTopic`` alone means this mode). See :mod:`controlmsg.spark.bad_records`.
 
 ``kafkaConfig`` names a client properties file (Java's format, as Kafka's tools read it) read on the driver,
 under the ``kafka.*`` options: secrets can stay out of the query's options. Settings may be given in the
@@ -250,7 +250,7 @@ class ReadOptions:
     timeout: float | None
     partitions_per_task: int | None
     """``None``: not given; then, and without ``maxTasks``, partitions are grouped by the records they hold
-    (:func:`controlmsg.spark.reading` ``_groups``)."""
+    (:func:`controlmsg.spark.planning.task_groups`)."""
     max_tasks: int | None
     batch_rows: int
     max_offsets_per_trigger: int | None

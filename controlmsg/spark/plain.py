@@ -8,8 +8,8 @@ gives the first stage of a chain the same schema handling (``.schema(ddl)``, ``_
 Spark version this project supports, where Spark's own Kafka connector is published for some only.
 
 * **Batch** (``spark.read``): each partition from its log start to its end offset at planning time
-  (``read_committed``: the last stable offset), grouped into tasks as :mod:`controlmsg.spark.reading`
-  groups an intermediate topic's partitions.
+  (``read_committed``: the last stable offset), grouped into tasks as an intermediate topic's partitions
+  are (:mod:`controlmsg.spark.planning`).
 * **Streaming** (``spark.readStream``): a micro-batch reads each partition from the last offsets to its end
   offset when the micro-batch is planned (at most ``maxOffsetsPerTrigger`` records in all, shared by the
   partitions in proportion to what each has). The offsets go to Spark's offset log as
@@ -31,37 +31,34 @@ Partitions added to the topic while a stream runs are read from their start at t
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, cast
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, Message
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from controlmsg.errors import ControlMsgError, ReadError
+from controlmsg.errors import ControlMsgError
 from controlmsg.kafka.admin import wait_for_topic, watermark_offsets
 from controlmsg.kafka.reader import DataColumns
-from controlmsg.kafka.refusals import check_client, mark_reached
-from controlmsg.kafka.settings import worker_logging
+from controlmsg.spark.bad_records import check_dead_letters
+from controlmsg.spark.batches import WATERMARK_FIELDS, Mark, batch_builder
+from controlmsg.spark.consuming import consumer_conf, read_ranges
 from controlmsg.spark.options import ReadOptions
-from controlmsg.spark.progress import Progress
-from controlmsg.spark.reading import (
-    _POLL_S,
-    _WATERMARK_FIELDS,
-    _builder,
-    _check_dead_letters,
-    _consumer_conf,
-    _SetAside,
-    _stream_groups,
-)
+from controlmsg.spark.planning import PlainRanges, stream_groups
 
-__all__ = ["PlainBatchReader", "PlainRanges", "PlainStreamReader", "is_plain_offset"]
+__all__ = ["PlainBatchReader", "PlainStreamReader", "is_plain_offset"]
 
 _FORMAT: Final = 1
 _ENVELOPE: Final = "none"
+# The messages a reader's hook takes are never errors, so each has a partition and an offset (the stubs
+# allow None for an error's).
+_PARTITION: Final = cast("Callable[[Any], int]", Message.partition)
+_OFFSET: Final = cast("Callable[[Any], int]", Message.offset)
+_KEY: Final = Message.key
+_VALUE: Final = Message.value
 
 
 def is_plain_offset(offset: Any) -> bool:
@@ -69,16 +66,8 @@ def is_plain_offset(offset: Any) -> bool:
     return isinstance(offset, dict) and offset.get("envelope") == _ENVELOPE
 
 
-class PlainRanges(InputPartition):
-    """One task's share: partitions with their ``[start, end)`` offsets."""
-
-    def __init__(self, ranges: Sequence[tuple[int, int, int]]) -> None:
-        super().__init__(tuple(ranges))
-        self.ranges = tuple(ranges)
-
-
 def _refuse_watermark(schema: StructType) -> None:
-    for name in _WATERMARK_FIELDS:
+    for name in WATERMARK_FIELDS:
         if name in schema.fieldNames():
             raise ValueError(f"the field '{name}' is the watermark of an intermediate topic; a plain topic "
                              "(envelope none) carries none: declare the stage's event time with Spark's "
@@ -94,7 +83,7 @@ def _ends(opts: ReadOptions, consumer: Consumer, partitions: Sequence[int]) -> d
 
 def _plan(begin: dict[int, int], end: dict[int, int], opts: ReadOptions,
           groups: list[list[int]] | None = None) -> list[PlainRanges]:
-    chosen = _stream_groups(begin, end, opts) if groups is None else groups
+    chosen = stream_groups(begin, end, opts) if groups is None else groups
     return [PlainRanges([(p, begin.get(p, 0), end[p]) for p in group]) for group in chosen]
 
 
@@ -103,15 +92,15 @@ class PlainBatchReader(DataSourceReader):
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         _refuse_watermark(schema)
-        _builder(schema, options)  # refuse a schema that cannot be built, at planning time
+        batch_builder(schema, options)  # refuse a schema that cannot be built, at planning time
         self.opts = options
         self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
         count = wait_for_topic(dict(opts.config), opts.topic, opts.timeout)
-        _check_dead_letters(opts)
-        consumer = Consumer(_consumer_conf(opts, eof=False))
+        check_dead_letters(opts)
+        consumer = Consumer(consumer_conf(opts, eof=False))
         try:
             spans = _ends(opts, consumer, range(count))
         finally:
@@ -120,7 +109,7 @@ class PlainBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, PlainRanges)
-        return read_ranges(self.opts, self.schema, partition.ranges)
+        return _read(self.opts, self.schema, partition.ranges)
 
 
 class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -129,7 +118,7 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         _refuse_watermark(schema)
-        _builder(schema, options)
+        batch_builder(schema, options)
         self.opts = options
         self.schema = schema
         self._consumer: Consumer | None = None
@@ -167,7 +156,7 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start  # nothing new (under availableNow: the query ends)
         # The tasks are planned now and logged with the offset: a micro-batch replayed after a restart with
         # other options (maxTasks...) runs the same tasks, whose ids the writer's exactly-once relies on.
-        offset["groups"] = _stream_groups(begin, end, self.opts)
+        offset["groups"] = stream_groups(begin, end, self.opts)
         return offset
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
@@ -177,7 +166,7 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, PlainRanges)
-        return read_ranges(self.opts, self.schema, partition.ranges)
+        return _read(self.opts, self.schema, partition.ranges)
 
     def commit(self, end: dict[str, Any]) -> None:
         pass  # the position lives in Spark's offset log
@@ -189,7 +178,7 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _open(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer(_consumer_conf(self.opts, eof=False))
+            self._consumer = Consumer(consumer_conf(self.opts, eof=False))
         return self._consumer
 
     def _topic_partitions(self, refresh: bool = False) -> list[int]:
@@ -199,7 +188,7 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if topic is not None and topic.error is None and topic.partitions:
                 return sorted(topic.partitions)
         count = wait_for_topic(dict(self.opts.config), self.opts.topic, self.opts.timeout)
-        _check_dead_letters(self.opts)
+        check_dead_letters(self.opts)
         return list(range(count))
 
 
@@ -227,69 +216,32 @@ def _limited(begin: dict[int, int], end: dict[int, int], max_rows: int) -> dict[
             for p, span in spans.items()}
 
 
-def read_ranges(opts: ReadOptions, schema: StructType,
-                ranges: Sequence[tuple[int, int, int]]) -> Iterator[pa.RecordBatch]:
+def _read(opts: ReadOptions, schema: StructType, ranges: Sequence[tuple[int, int, int]]) -> Iterator[pa.RecordBatch]:
     """Read the ``[start, end)`` offsets of some partitions of a plain topic into Arrow batches of
-    ``schema`` (runs in a worker). A partition is done at its last planned record, or at an end-of-partition
-    event at or past its planned end (the last offsets may be transaction markers or aborted records, which
-    ``read_committed`` does not deliver)."""
-    worker_logging()
-    mark_reached(dict(opts.config))  # the driver planned this task with the cluster's answers
-    build, _ = _builder(schema, opts)
-    topic = opts.topic
-    end = {p: stop for p, start, stop in ranges if stop > start}
-    open_parts = set(end)
-    conf = _consumer_conf(opts, eof=True)
-    consumer = Consumer(conf)
-    consumer.assign([TopicPartition(topic, p, start) for p, start, stop in ranges if stop > start])
-    wait_s = opts.timeout if opts.timeout is not None else 120.0
-    last_record = time.monotonic()
-    pending = DataColumns()
-    aside = _SetAside(opts, Progress(f"reader {topic} partitions {sorted(end)}"))
-    try:
-        while open_parts:
-            try:
-                msgs: list[Any] = consumer.consume(max(opts.batch_rows, 1000), _POLL_S)
-            except KafkaException as exc:
-                raise ReadError(f"reading topic {topic!r} failed: {exc.args[0]}") from exc
-            if not msgs:
-                check_client(conf)
-                if time.monotonic() - last_record > wait_s:
-                    raise ReadError(f"topic {topic!r}: partitions {sorted(open_parts)} gave no record for {wait_s:g} "
-                                    f"s before the planned offsets {({p: end[p] for p in open_parts})}")
-            for msg in msgs:
-                p = msg.partition()
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        if p in open_parts and msg.offset() >= end[p]:
-                            open_parts.discard(p)
-                        continue
-                    raise ReadError(f"reading topic {topic!r} partition {p} failed: {err.str()}")
-                if p not in open_parts:
-                    continue
-                last_record = time.monotonic()
-                off = msg.offset()
-                if off >= end[p]:
-                    open_parts.discard(p)
-                    continue
-                if off == end[p] - 1:
-                    open_parts.discard(p)
-                pending.partitions.append(p)
-                pending.offsets.append(off)
-                pending.keys.append(msg.key())
-                pending.payloads.append(msg.value() or b"")
-                pending.messages.append(msg)
-            if len(pending) >= opts.batch_rows:
-                batch = aside.take(build(pending, topic, None))
-                if batch is not None:
-                    yield batch
-                pending = DataColumns()
-        if pending:
-            batch = aside.take(build(pending, topic, None))
-            if batch is not None:
-                yield batch
-        aside.finish()
-    finally:
-        aside.close()
-        consumer.close()
+    ``schema`` (runs in a worker): :func:`~controlmsg.spark.consuming.read_ranges` with every record kept
+    as it is. End-of-partition events are on: the last offsets may be transaction markers or aborted
+    records, which ``read_committed`` does not deliver."""
+    build, _ = batch_builder(schema, opts)
+    yield from read_ranges(opts, build, ranges, _PlainRecords(), eof=True)
+
+
+class _PlainRecords:
+    """The plain reader's :class:`~controlmsg.spark.consuming.RangeRecords`: every record is a row, its
+    value the whole payload (a record without one: empty bytes)."""
+
+    def __init__(self) -> None:
+        self._rows = DataColumns()
+
+    def take(self, messages: list[Any]) -> int:
+        rows = self._rows
+        # Whole columns at once: map() over the messages' C methods, no Python call per record.
+        rows.partitions.extend(map(_PARTITION, messages))
+        rows.offsets.extend(map(_OFFSET, messages))
+        rows.keys.extend(map(_KEY, messages))
+        rows.payloads.extend([value or b"" for value in map(_VALUE, messages)])
+        rows.messages.extend(messages)
+        return len(rows)
+
+    def drain(self) -> tuple[DataColumns, list[Mark] | None]:
+        rows, self._rows = self._rows, DataColumns()
+        return rows, None

@@ -84,7 +84,7 @@ def test_control_messages_grow_with_partitions_and_reading_tasks_with_the_data(
     """Issue 24: 40 write tasks into 48 partitions leave 48 control messages (the driver's end of stream,
     one per partition), not 40 x 48; reading back 80 records plans 8 reading tasks (the default floor), not
     one per partition, and a reader's bookkeeping holds one task per partition."""
-    from controlmsg.spark.reading import _MIN_TASKS
+    from controlmsg.spark.planning import MIN_TASKS as _MIN_TASKS
 
     topic = new_topic(48)
     df = spark.range(80, numPartitions=40).selectExpr("concat('u', id % 13) AS user", "id AS n")

@@ -323,7 +323,8 @@ def test_a_micro_batch_replayed_with_other_max_tasks_reads_with_the_tasks_it_was
     from pyspark.sql.types import StructType
 
     from controlmsg.spark.options import ReadOptions
-    from controlmsg.spark.reading import StreamRange, StreamReader
+    from controlmsg.spark.planning import StreamRange
+    from controlmsg.spark.reading import StreamReader
 
     topic = new_topic(6)
     up = Upstream(kafka_config, topic)
