@@ -266,9 +266,15 @@ class StreamWriter(DataSourceStreamArrowWriter):
         # cannot read is refused before anything is created or written.
         self.offset_log: Path | None = (offset_log_dir(opts.checkpoint, opts.topic)
                                         if opts.stage_progress == STAGE_PROGRESS_OFFSET_LOG else None)
-        # Micro-batches after the end this query wrote are let through.
-        marker = _refuse_ended(opts, query_id(opts.checkpoint))
+        # Micro-batches after the end this query wrote are let through. With stageProgress driver the query's id
+        # is out of reach here (its checkpoint may be anywhere): its tasks compare theirs with the marker's.
+        if opts.stage_progress == STAGE_PROGRESS_DRIVER:
+            marker = run_status(opts)
+        else:
+            marker = _refuse_ended(opts, query_id(opts.checkpoint))
         self.ended = bool(marker and marker.get("ended"))
+        self.ended_by: str | None = None if marker is None else marker.get("queryId")
+        """The streaming query that wrote the run, when it has ended."""
         self.plan = _plan(opts, schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskCommit:
@@ -281,6 +287,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
             raise ControlMsgError(f"write to topic {self.plan.opts.topic!r}: the micro-batch id did not reach the "
                                   f"task (local property {_BATCH_ID_PROPERTY!r} is {batch!r})")
         if self.ended:  # a micro-batch after this query's end of stream (e.g. Spark's last no-data batch)
+            if ctx.getLocalProperty(_QUERY_ID_PROPERTY) != self.ended_by:
+                _refuse_ended(self.plan.opts)
             if any(b.num_rows for b in iterator):
                 raise ControlMsgError(f"topic {self.plan.opts.topic!r}: run {self.plan.opts.run_id!r} has ended; "
                                       f"micro-batch {batch} of the same query has rows after its end of stream")
@@ -296,6 +304,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
         # stageProgress driver: the driver program writes both (controlmsg.spark.stage), this commit neither.
         stage = None if self.offset_log is None else stage_progress(self.offset_log, batchId, opts.topic)
         by_driver = opts.stage_progress == STAGE_PROGRESS_DRIVER
+        if by_driver and self.ended:
+            return  # the driver program's stage round ended the run; this micro-batch wrote nothing (its tasks said)
         # Ended input: a stateless stage ends with it; a stateful one once Spark's watermark is the end of time,
         # i.e. after the micro-batch that emitted its last windows (a plain input never gets there: end_stream).
         # Spark's watermark is 0 in a query's first micro-batch even when it has one: 0 says nothing for a

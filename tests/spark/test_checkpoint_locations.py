@@ -61,10 +61,16 @@ def viewfs(spark: SparkSession, tmp_path: Path) -> Iterator[str]:
         spark.conf.unset(key)
 
 
-def start_stage(spark: SparkSession, servers: str, source: str, out: str, **more: str) -> StreamingQuery:
-    """A stateless stage: the input run ``r1`` of ``source`` onto run ``s1`` of ``out``, ``availableNow``."""
+def start_stage(spark: SparkSession, servers: str, source: str, out: str, *, watermark_rows: bool = False,
+                **more: str) -> StreamingQuery:
+    """A stateless stage: the input run ``r1`` of ``source`` onto run ``s1`` of ``out``, ``availableNow``.
+    ``watermark_rows``: read them too (and leave them out of the output): the reader then runs a micro-batch
+    after the one that saw the end of stream."""
+    schema = f"user string, ts timestamp, {WATERMARK_COLUMNS}" if watermark_rows else "user string, ts timestamp"
     events = (spark.readStream.format("controlmsg").options(**options(source, servers, timeout="120"))
-              .schema("user string, ts timestamp").load())
+              .schema(schema).load())
+    if watermark_rows:
+        events = events.where(~F.col("_control")).select("user", "ts")
     return (events.writeStream.format("controlmsg").options(**options(out, servers, run="s1", **more))
             .option("key", "user").option("eventTime", "ts").trigger(availableNow=True).start())
 
@@ -141,11 +147,11 @@ def test_stage_progress_driver_ends_a_stage_on_a_checkpoint_anywhere(
         spark: SparkSession, bootstrap_servers: str, ended_input: str, new_topic: Callable[..., str],
         viewfs: str) -> None:
     """A stateless stage: its driver program's ``await_stage`` writes the end of stream once the input
-    ended, from the query's progress alone."""
+    ended, from the query's progress alone; the micro-batch Spark runs after that one writes nothing."""
     out = new_topic(2)
     opts = options(out, bootstrap_servers, run="s1", stageProgress="driver")
     query = start_stage(spark, bootstrap_servers, ended_input, out, checkpointLocation=f"{viewfs}/driver",
-                        stageProgress="driver")
+                        stageProgress="driver", watermark_rows=True)
     assert await_stage(query, opts, timeout=180) is True
     status = run_status(opts)
     assert status is not None and status["ended"] is True and status["endedBy"] == "stage"
