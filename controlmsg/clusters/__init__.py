@@ -4,7 +4,9 @@
   Kafka's Maven Central jars, fetched through pyspark's Ivy (or Maven) and verified against a lock by
   :mod:`controlmsg.clusters.kafka_jars`;
 * :mod:`controlmsg.clusters.standalone`: a Spark standalone cluster from the pyspark installation;
-* :mod:`controlmsg.clusters.connect`: a Spark Connect server from it.
+* :mod:`controlmsg.clusters.connect`: a Spark Connect server from it;
+* :mod:`controlmsg.clusters.images`: the images of ``docker-compose.yml`` (Kafka, Spark), built on this
+  machine from a Debian base and rebuilt only when their inputs change.
 
 These start real processes for development, demos, benchmarks and tests; a production deployment brings its
 own cluster and points ``kafka.bootstrap.servers`` (or ``KAFKA_BOOTSTRAP_SERVERS``) at it.

@@ -46,6 +46,7 @@ import controlmsg.streaming.window
 import controlmsg.clusters
 import controlmsg.clusters.broker
 import controlmsg.clusters.connect
+import controlmsg.clusters.images
 import controlmsg.clusters.standalone
 
 assert controlmsg.__file__.startswith(sys.argv[1]), controlmsg.__file__
