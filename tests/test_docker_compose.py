@@ -162,8 +162,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
     build_images()  # at once when the images are there and their inputs unchanged
     data = tmp_path_factory.mktemp("compose-data")
-    ports = [free_ports() for _ in range(4)]
-    env_file = data.parent / "compose.env"
+    first = free_ports(4)
+    ports = [first + i for i in range(4)]
+    env_file = tmp_path_factory.mktemp("compose-env") / "compose.env"
     # A project of its own (not the checkout's name, which a user's `docker compose up` uses) on free ports.
     env_file.write_text(
         f"COMPOSE_PROJECT_NAME=controlmsg-test-{uuid.uuid4().hex[:8]}\n"
