@@ -270,7 +270,7 @@ def build_images(base: str | None = None, *, rebuild: bool = False, root: Path |
     kafka = _build(KAFKA_IMAGE, kafka_context / "Dockerfile", kafka_context, base,
                    _digest(kafka_context, kafka_files, base_id), rebuild)
     spark_files = _files(root, ["docker/spark/Dockerfile", "docker/spark/requirements.txt", ".dockerignore",
-                                "pyproject.toml", "README.md", "pyspark_controlmsg.py", "controlmsg", "spark_jobs"])
+                                "pyproject.toml", "pyspark_controlmsg.py", "controlmsg", "spark_jobs"])
     spark = _build(SPARK_IMAGE, root / "docker" / "spark" / "Dockerfile", root, base,
                    _digest(root, spark_files, base_id), rebuild)
     return kafka, spark
