@@ -8,7 +8,9 @@
 * :mod:`controlmsg.clusters.hdfs`: a NameNode and a DataNode from Hadoop's minicluster jar;
 * :mod:`controlmsg.clusters.s3`: an S3 endpoint (moto's server) and Spark's ``s3a`` settings for it;
 * :mod:`controlmsg.clusters.maven_jars`: the pinned jar sets they run from, fetched and verified;
-* :mod:`controlmsg.clusters.connect`: a Spark Connect server from it.
+* :mod:`controlmsg.clusters.connect`: a Spark Connect server from it;
+* :mod:`controlmsg.clusters.images`: the images of ``docker-compose.yml`` (Kafka, Spark), built on this
+  machine from a Debian base and rebuilt only when their inputs change.
 
 These start real processes for development, demos, benchmarks and tests; a production deployment brings its
 own cluster and points ``kafka.bootstrap.servers`` (or ``KAFKA_BOOTSTRAP_SERVERS``) at it.

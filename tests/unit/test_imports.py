@@ -48,6 +48,7 @@ import controlmsg.clusters.broker
 import controlmsg.clusters.connect
 import controlmsg.clusters.hdfs
 import controlmsg.clusters.s3
+import controlmsg.clusters.images
 import controlmsg.clusters.standalone
 
 assert controlmsg.__file__.startswith(sys.argv[1]), controlmsg.__file__
