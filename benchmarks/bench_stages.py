@@ -8,13 +8,13 @@ result latency and records/s through two hops.
 The engines (each two Spark applications, each its own process group, started by this script and killed
 when its phase ends; see ``bench_streaming.App``):
 
-* **runtime**: the project's long-running-task runtime, ``python -m spark_jobs.stream_ingest`` (``--tasks``
-  tasks, watermark and commit interval ``--interval``) and ``python -m spark_jobs.stream_window``, exactly
+* **runtime**: the project's long-running-task runtime, ``python -m spark_jobs.runtime.ingest`` (``--tasks``
+  tasks, watermark and commit interval ``--interval``) and ``python -m spark_jobs.runtime.window``, exactly
   as ``bench_streaming.py`` runs them (its ``Chain``).
 * **stages**: three ordinary Structured Streaming queries on the project's public API
   (``readStream.format("controlmsg")``, ``controlmsg.spark.with_watermark``, ``writeStream.format(
-  "controlmsg")``): ``python -m spark_jobs.stage_ingest`` (trigger ``--interval``) and ``python -m
-  spark_jobs.stage_window``. Unavailable (said so, and skipped) when this checkout has no such modules.
+  "controlmsg")``): ``python -m spark_jobs.stages.ingest`` (trigger ``--interval``) and ``python -m
+  spark_jobs.stages.window``. Unavailable (said so, and skipped) when this checkout has no such modules.
 * **connector**: the same chain written with Spark's own Kafka connector, as a user writes it
   (``connector_jobs.py stream-ingest`` and ``stream-window``: ``readStream.format("kafka")``, ``from_json``,
   ``withWatermark`` by the allowed lateness, ``groupBy(window, key)`` in append mode, ``writeStream.format(
@@ -189,7 +189,7 @@ class Queries(Runtime):
 
 
 class Stages(Queries):
-    """``spark_jobs.stage_ingest`` -> ``spark_jobs.stage_window``: Structured Streaming on controlmsg."""
+    """``spark_jobs.stages.ingest`` -> ``spark_jobs.stages.window``: Structured Streaming on controlmsg."""
 
     engine: ClassVar[str] = "stages"
 
@@ -197,7 +197,7 @@ class Stages(Queries):
         """stage_window runs its queries ``availableNow``: until the input's end of stream, no trigger."""
         a = self.args
         return self._app("stage_window", [
-            sys.executable, "-m", "spark_jobs.stage_window", "--input-topic", self.events,
+            sys.executable, "-m", "spark_jobs.stages.window", "--input-topic", self.events,
             "--output-topic", self.windows, "--window", a.window, "--sum", "amount",
             "--partitions", str(a.partitions), "--checkpoint", self._checkpoint("stage_window"),
             *self._common("stage_window")])
@@ -205,7 +205,7 @@ class Stages(Queries):
     def start_ingest(self, until_source_end: bool) -> App:
         a = self.args
         return self._app("stage_ingest", [
-            sys.executable, "-m", "spark_jobs.stage_ingest", "--source-topic", self.source, "--topic", self.events,
+            sys.executable, "-m", "spark_jobs.stages.ingest", "--source-topic", self.source, "--topic", self.events,
             "--key", "user", "--event-time", "event_time", "--carry", "amount",
             "--allowed-lateness", a.allowed_lateness, "--trigger-interval", spark_interval(a.watermark_interval),
             "--checkpoint", self._checkpoint("stage_ingest"), "--partitions", str(a.partitions),
@@ -278,7 +278,7 @@ def unavailable(engine: str, args: argparse.Namespace) -> str | None:
     """Why ``engine`` cannot run here (None: it can). For the connector, resolves its jar files once and
     sets ``args.connector_jars``."""
     if engine == "stages":
-        missing = [m for m in ("spark_jobs.stage_ingest", "spark_jobs.stage_window")
+        missing = [m for m in ("spark_jobs.stages.ingest", "spark_jobs.stages.window")
                    if importlib.util.find_spec(m) is None]
         if missing:
             return f"{' and '.join(missing)} not in this checkout"

@@ -3,8 +3,8 @@
     python benchmarks/bench_streaming.py [--watermark-interval 200ms] [--window 1s] [--rate 2000]
         [--live-seconds 30] [--prefill-events 300000] [--master local[2]] [--phases latency,throughput]
 
-The chain: raw source topic -> ``python -m spark_jobs.stream_ingest`` (Spark application 1, ``--tasks``
-long-running tasks) -> the events topic -> ``python -m spark_jobs.stream_window`` (Spark application 2) ->
+The chain: raw source topic -> ``python -m spark_jobs.runtime.ingest`` (Spark application 1, ``--tasks``
+long-running tasks) -> the events topic -> ``python -m spark_jobs.runtime.window`` (Spark application 2) ->
 the windows topic. Each application is its own process group (``start_new_session``), started by this
 script and killed (SIGTERM, then SIGKILL, to the group and every descendant) when its phase ends. Uses
 $KAFKA_BOOTSTRAP_SERVERS, else starts a local broker for the run. Every phase uses fresh topics (a new run
@@ -361,7 +361,7 @@ class Chain:
 
     def start_window(self) -> App:
         a = self.args
-        argv = [sys.executable, "-m", "spark_jobs.stream_window", "--input-topic", self.events,
+        argv = [sys.executable, "-m", "spark_jobs.runtime.window", "--input-topic", self.events,
                 "--output-topic", self.windows, "--window", a.window, "--sum", "amount",
                 "--partitions", str(a.partitions),
                 "--commit-interval", a.watermark_interval, *self._common("stream_window")]
@@ -371,7 +371,7 @@ class Chain:
 
     def start_ingest(self, until_source_end: bool) -> App:
         a = self.args
-        argv = [sys.executable, "-m", "spark_jobs.stream_ingest", "--source-topic", self.source,
+        argv = [sys.executable, "-m", "spark_jobs.runtime.ingest", "--source-topic", self.source,
                 "--topic", self.events, "--key", "user", "--event-time", "event_time", "--carry", "amount",
                 "--partitions", str(a.partitions), "--tasks", str(a.tasks),
                 "--allowed-lateness", a.allowed_lateness, "--watermark-interval", a.watermark_interval,

@@ -81,7 +81,7 @@ from controlmsg.kafka.settings import client_config_from_args, write_properties
 from controlmsg.streaming.ingest import source_group
 from spark_jobs.common import topic_names
 from spark_jobs.pipeline import _job_args, build_parser
-from spark_jobs.stream_sink import checkpoint_path
+from spark_jobs.runtime.sink import checkpoint_path
 
 MEASURED_MAX_RATE = 63_000.0
 """records/s: docs/PERFORMANCE.md, "Streaming: window latency and rate", 2 tasks, 4 partitions (default)."""

@@ -56,7 +56,7 @@ from spark_jobs.checks import (
 )
 from spark_jobs.common import topic_names
 
-__all__ = ["declared_sums", "main"]
+__all__ = ["JOB_MODULES", "declared_sums", "main"]
 
 JOB_STOP_GRACE_S: Final = 20.0
 """Seconds a job has to stop after the pipeline's SIGTERM before its process group is SIGKILLed (a job
@@ -69,6 +69,13 @@ EXIT_STATUS: Final = ("exit status: 0 the output is complete; 1 a job failed or 
                       "signal SIGKILLs the jobs at once (still nothing partial: a restart aborts what was open)")
 _JOBS = ("ingest", "window_aggregate", "sink")
 _STREAMING_JOBS = ("stream_ingest", "stream_window", "stream_sink")
+JOB_MODULES: Final = {
+    "ingest": "spark_jobs.batch.ingest", "window_aggregate": "spark_jobs.batch.window_aggregate",
+    "sink": "spark_jobs.batch.sink", "stream_ingest": "spark_jobs.runtime.ingest",
+    "stream_window": "spark_jobs.runtime.window", "stream_sink": "spark_jobs.runtime.sink",
+}
+"""The module (``python -m``) of each job the pipeline runs, by the job's name (its log, summary and
+transactional ids keep that name)."""
 # How many --nice-step levels below ingest each bounded job runs. The sink shares the window job's level
 # rather than running a step below it: until the window job's transactions commit, the sink's readers
 # block in poll and take no CPU from it, and from the commit on the sink must read the window job's whole
@@ -199,12 +206,12 @@ def _job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str,
         extra = ["--input-topic", events, "--output-topic", windows, "--window", args.window,
                  "--partitions", str(args.partitions), "--commit-interval", args.watermark_interval, *sums]
     elif job == "stream_sink":  # no Spark application: one process appends to the one output file
-        return [sys.executable, "-m", "spark_jobs.stream_sink", "--input-topic", windows, "--output", args.output,
+        return [sys.executable, "-m", JOB_MODULES[job], "--input-topic", windows, "--output", args.output,
                 *sums, *kafka, "--run-id", run_id, "--summary", str(run_dir / f"{job}.json"),
                 "--timeout", str(args.timeout), "--parent-pid", str(os.getpid())]
     else:
         extra = ["--input-topic", windows, "--output", args.output, *sums]
-    return [sys.executable, "-m", f"spark_jobs.{job}", *extra, *common]
+    return [sys.executable, "-m", JOB_MODULES[job], *extra, *common]
 
 
 def declared_sums(args: argparse.Namespace) -> dict[str, str | None]:

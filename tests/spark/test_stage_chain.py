@@ -1,4 +1,4 @@
-"""The example streaming chain as three ordinary Structured Streaming queries (``spark_jobs.stage_ingest``,
+"""The example streaming chain as three ordinary Structured Streaming queries (``spark_jobs.stages.ingest``,
 ``stage_window``, ``stage_sink``), each its own Spark application, on a real broker: equal to the oracle
 with late data, more write tasks than cores, ``kill -9`` of each stage in the middle of its run and the
 same command again (the ingest with fewer tasks: rescaled between runs), every window once, and the
@@ -58,7 +58,8 @@ class Stages:
         self.jobs = Jobs(tmp_path)
 
     def start(self, job: str, *extra: str) -> None:
-        self.jobs.launch(job, [sys.executable, "-m", f"spark_jobs.{job}", *self.commands[job], *self.common,
+        module = f"spark_jobs.stages.{job.removeprefix('stage_')}"  # the job stage_ingest is stages/ingest.py
+        self.jobs.launch(job, [sys.executable, "-m", module, *self.commands[job], *self.common,
                                *extra, "--summary", str(self.dir / f"{job}.json")])
 
     def kill9(self, job: str) -> None:

@@ -28,7 +28,7 @@ from controlmsg.core.messages import WatermarkMessage
 from controlmsg.kafka import ControlReader, DataRecord, FileCheckpointStore
 from spark_jobs.common import topic_names
 from spark_jobs.pipeline import _job_args, _write_client_config, build_parser
-from spark_jobs.stream_sink import checkpoint_path
+from spark_jobs.runtime.sink import checkpoint_path
 
 from .jobs import Jobs
 from .test_pipeline_oracle import assert_matches_oracle
