@@ -22,9 +22,10 @@ import orjson
 import pytest
 from pyspark.sql import SparkSession
 
+from controlmsg.clusters.jobs import JobGroup
 from controlmsg.kafka import ControlReader, DataRecord
 
-from .jobs import Jobs
+from .jobs import kill9, wait_all_ok
 from .test_streaming_pipeline import generated_source
 from .test_streaming_restarts import wait_for_records
 
@@ -55,18 +56,18 @@ class Stages:
                            "--checkpoint", str(tmp_path / "ckpt-sink")],
         }
         self.common = common
-        self.jobs = Jobs(tmp_path)
+        self.jobs = JobGroup(tmp_path)
 
     def start(self, job: str, *extra: str) -> None:
         module = f"spark_jobs.stages.{job.removeprefix('stage_')}"  # the job stage_ingest is stages/ingest.py
-        self.jobs.launch(job, [sys.executable, "-m", module, *self.commands[job], *self.common,
-                               *extra, "--summary", str(self.dir / f"{job}.json")])
+        self.jobs.start(job, [sys.executable, "-m", module, *self.commands[job], *self.common,
+                              *extra, "--summary", str(self.dir / f"{job}.json")])
 
     def kill9(self, job: str) -> None:
-        self.jobs.kill9(job)
+        kill9(self.jobs, job)
 
     def wait(self, timeout: float = 420.0) -> None:
-        self.jobs.wait(timeout)
+        wait_all_ok(self.jobs, timeout)
 
     def close(self) -> None:
         self.jobs.close()
