@@ -6,15 +6,15 @@ result latency and records/s through two hops.
         [--allowed-lateness 500ms] [--disorder 500ms] [--master local[2]]
 
 The engines (each two Spark applications, each its own process group, started by this script and killed
-when its phase ends; see ``bench_streaming.App``):
+when its phase ends: ``controlmsg.clusters.jobs.JobGroup``):
 
-* **runtime**: the project's long-running-task runtime, ``python -m spark_jobs.stream_ingest`` (``--tasks``
-  tasks, watermark and commit interval ``--interval``) and ``python -m spark_jobs.stream_window``, exactly
+* **runtime**: the project's long-running-task runtime, ``python -m spark_jobs.runtime.ingest`` (``--tasks``
+  tasks, watermark and commit interval ``--interval``) and ``python -m spark_jobs.runtime.window``, exactly
   as ``bench_streaming.py`` runs them (its ``Chain``).
 * **stages**: three ordinary Structured Streaming queries on the project's public API
   (``readStream.format("controlmsg")``, ``controlmsg.spark.with_watermark``, ``writeStream.format(
-  "controlmsg")``): ``python -m spark_jobs.stage_ingest`` (trigger ``--interval``) and ``python -m
-  spark_jobs.stage_window``. Unavailable (said so, and skipped) when this checkout has no such modules.
+  "controlmsg")``): ``python -m spark_jobs.stages.ingest`` (trigger ``--interval``) and ``python -m
+  spark_jobs.stages.window``. Unavailable (said so, and skipped) when this checkout has no such modules.
 * **connector**: the same chain written with Spark's own Kafka connector, as a user writes it
   (``connector_jobs.py stream-ingest`` and ``stream-window``: ``readStream.format("kafka")``, ``from_json``,
   ``withWatermark`` by the allowed lateness, ``groupBy(window, key)`` in append mode, ``writeStream.format(
@@ -84,13 +84,11 @@ the start and the end. At the defaults the three engines took about 12 minutes o
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import itertools
 import math
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -104,11 +102,12 @@ from pathlib import Path
 from typing import ClassVar
 
 import orjson
-from bench_streaming import App, Chain, Observer, add_chain_options, percentile
+from bench_streaming import Chain, Observer, add_chain_options, percentile, run_generator
 from common import PlainReader, kafka_cluster, load_average
 from confluent_kafka import Consumer, TopicPartition
 from connector_jobs import spark_interval
 
+from controlmsg.clusters.jobs import Job
 from controlmsg.core.bookkeeping import StreamEnded
 from controlmsg.kafka import ControlReader, DataRecord
 from controlmsg.kafka.settings import for_client
@@ -162,10 +161,8 @@ class Runtime(Chain):
     def _checkpoint(self, job: str) -> str:
         return str(self.work / f"{self.run_id}-{job}-checkpoint")
 
-    def _app(self, name: str, argv: list[str]) -> App:
-        app = App(name, argv, self.work / f"{self.run_id}-{name.replace(' ', '_')}.log", self.env)
-        self.apps.append(app)
-        return app
+    def _app(self, name: str, argv: list[str]) -> Job:
+        return self.apps.start(name, argv, log_path=self.work / f"{self.run_id}-{name.replace(' ', '_')}.log")
 
 
 class Queries(Runtime):
@@ -178,34 +175,34 @@ class Queries(Runtime):
         self.start_window()
         self.start_ingest(until_source_end=False)
         deadline = time.monotonic() + self.args.startup_timeout
-        for app in self.apps:
-            app.wait_for_line(self.ready_line, max(1.0, deadline - time.monotonic()))
+        for app in self.apps.values():
+            app.wait_for_log(self.ready_line, max(1.0, deadline - time.monotonic()), poll_s=0.05)
 
-    def start_bounded(self) -> App:
+    def start_bounded(self) -> Job:
         """Start the window application, then, once it has logged ``ready_line``, the ingest application
         (``--until-source-end`` where it has one); returns the latter."""
-        self.start_window().wait_for_line(self.ready_line, self.args.startup_timeout)
+        self.start_window().wait_for_log(self.ready_line, self.args.startup_timeout, poll_s=0.05)
         return self.start_ingest(until_source_end=True)
 
 
 class Stages(Queries):
-    """``spark_jobs.stage_ingest`` -> ``spark_jobs.stage_window``: Structured Streaming on controlmsg."""
+    """``spark_jobs.stages.ingest`` -> ``spark_jobs.stages.window``: Structured Streaming on controlmsg."""
 
     engine: ClassVar[str] = "stages"
 
-    def start_window(self) -> App:
+    def start_window(self) -> Job:
         """stage_window runs its queries ``availableNow``: until the input's end of stream, no trigger."""
         a = self.args
         return self._app("stage_window", [
-            sys.executable, "-m", "spark_jobs.stage_window", "--input-topic", self.events,
+            sys.executable, "-m", "spark_jobs.stages.window", "--input-topic", self.events,
             "--output-topic", self.windows, "--window", a.window, "--sum", "amount",
             "--partitions", str(a.partitions), "--checkpoint", self._checkpoint("stage_window"),
             *self._common("stage_window")])
 
-    def start_ingest(self, until_source_end: bool) -> App:
+    def start_ingest(self, until_source_end: bool) -> Job:
         a = self.args
         return self._app("stage_ingest", [
-            sys.executable, "-m", "spark_jobs.stage_ingest", "--source-topic", self.source, "--topic", self.events,
+            sys.executable, "-m", "spark_jobs.stages.ingest", "--source-topic", self.source, "--topic", self.events,
             "--key", "user", "--event-time", "event_time", "--carry", "amount",
             "--allowed-lateness", a.allowed_lateness, "--trigger-interval", spark_interval(a.watermark_interval),
             "--checkpoint", self._checkpoint("stage_ingest"), "--partitions", str(a.partitions),
@@ -221,7 +218,7 @@ class Connector(Queries):
     ready_line: ClassVar[str] = "batch 0 done"  # its first micro-batch ran: as the runtime's first commit
 
     def _window_log(self) -> bytes | None:
-        window = next((app for app in self.apps if app.name == "connector stream-window"), None)
+        window = self.apps.get("connector stream-window")
         return None if window is None else window.log_path.read_bytes()
 
     def late_records(self) -> int | None:
@@ -242,20 +239,20 @@ class Connector(Queries):
             read += int(rows)
         return False
 
-    def _connector(self, job: str, argv: list[str]) -> App:
+    def _connector(self, job: str, argv: list[str]) -> Job:
         a = self.args
         return self._app(f"connector {job}", [
             sys.executable, str(CONNECTOR_JOBS), job, "--bootstrap-servers", self.cluster.servers, *argv,
             "--checkpoint", self._checkpoint(job), "--trigger-interval", a.watermark_interval,
             "--master", a.master, "--jars", a.connector_jars, "--parent-pid", str(os.getpid())])
 
-    def start_window(self) -> App:
+    def start_window(self) -> Job:
         a = self.args
         return self._connector("stream-window", [
             "--input-topic", self.events, "--output-topic", self.windows, "--schema", EVENTS_SCHEMA,
             "--window", a.window, "--allowed-lateness", a.allowed_lateness, "--sum", "amount"])
 
-    def start_ingest(self, until_source_end: bool) -> App:
+    def start_ingest(self, until_source_end: bool) -> Job:
         """Unbounded whatever ``until_source_end`` says: a Kafka source has no end of its stream."""
         return self._connector("stream-ingest", [
             "--source-topic", self.source, "--topic", self.events, "--schema", SOURCE_SCHEMA,
@@ -278,7 +275,7 @@ def unavailable(engine: str, args: argparse.Namespace) -> str | None:
     """Why ``engine`` cannot run here (None: it can). For the connector, resolves its jar files once and
     sets ``args.connector_jars``."""
     if engine == "stages":
-        missing = [m for m in ("spark_jobs.stage_ingest", "spark_jobs.stage_window")
+        missing = [m for m in ("spark_jobs.stages.ingest", "spark_jobs.stages.window")
                    if importlib.util.find_spec(m) is None]
         if missing:
             return f"{' and '.join(missing)} not in this checkout"
@@ -345,13 +342,6 @@ def _median_p90(values: list[float]) -> tuple[float, float] | None:
     return (statistics.median(values), percentile(values, 0.9)) if values else None
 
 
-def _stop_process(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-
-
 # ---------------------------------------------------------------------------------------------- latency
 
 
@@ -388,8 +378,8 @@ def warm_up(chain: Runtime, windows_obs: Observer) -> float:
         disorder_ms=parse_duration(a.disorder), seed=a.seed + 1, start_ms=int(time.time() * 1000) - 120_000))
     written = time.monotonic()
     while windows_obs.result_records == 0:
-        for app in chain.apps:
-            app.check_running()
+        for app in chain.apps.values():
+            app.ensure_running()
         if time.monotonic() > written + a.startup_timeout:
             raise RuntimeError(f"no window result within {a.startup_timeout:g} s of {a.warm_events:,} warm-up events")
         time.sleep(0.1)
@@ -407,7 +397,6 @@ def phase_latency(chain: Runtime) -> LiveResult:
     to_wall = time.time() - time.monotonic()  # observers stamp time.monotonic()
     events_obs.start()
     windows_obs.start()
-    gen: subprocess.Popen[bytes] | None = None
     expected: dict[Pair, int] = {}
     try:
         t_start = time.monotonic()
@@ -419,27 +408,21 @@ def phase_latency(chain: Runtime) -> LiveResult:
         start = datetime.fromtimestamp(time.time(), UTC).isoformat()
         clock0_ms = int(datetime.fromisoformat(start).timestamp() * 1000)  # as the generator parses --start
         gen_started = time.monotonic()
-        gen = subprocess.Popen(chain.generator_argv(start), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, start_new_session=True)
-        out, err = gen.communicate(timeout=a.live_seconds + 120)
-        gen_ended = time.monotonic()
-        if gen.returncode != 0:
-            raise RuntimeError(f"generator failed ({gen.returncode}): {err.decode(errors='replace')[-2000:]}")
         # The generator prints the topic's end offsets: the warm-up events are in them.
-        generated = sum(orjson.loads(out.splitlines()[-1])["endOffsets"].values()) - a.warm_events
+        total, gen_ended = run_generator(chain.generator_argv(start), chain.work / f"{chain.run_id}-generator.log",
+                                         a.live_seconds + 120)
+        generated = total - a.warm_events
         cfg = GeneratorConfig(rate=a.rate, keys=a.keys, disorder_ms=disorder_ms, seed=a.seed)
         expected = expected_results(cfg, clock0_ms, generated, window_ms, lateness_ms + disorder_ms)
         grace = gen_ended + a.grace
         while time.monotonic() < grace:
-            for app in chain.apps:
-                app.check_running()
+            for app in chain.apps.values():
+                app.ensure_running()
             with windows_obs.lock:
                 if all(p in windows_obs.result_pairs for p in expected):
                     break
             time.sleep(0.2)
     finally:
-        if gen is not None:
-            _stop_process(gen)
         chain.stop(events_obs, windows_obs)
 
     written = write_times(chain.config, chain.source, a.partitions, a.seed, generated)
@@ -543,9 +526,9 @@ def phase_throughput(chain: Runtime) -> BoundedResult:
         chain.start_bounded()
         deadline = time.monotonic() + a.startup_timeout + a.throughput_timeout
         while time.monotonic() < deadline:
-            for app in chain.apps:
+            for app in chain.apps.values():
                 if app.poll() not in (None, 0):
-                    app.check_running()
+                    app.ensure_running()
             if events_obs.error is not None or windows_obs.error is not None:
                 ended = "an observer failed"
                 break
@@ -567,9 +550,9 @@ def phase_throughput(chain: Runtime) -> BoundedResult:
             time.sleep(0.1)
         if windows_obs.ended_at is not None:
             chain.wait_apps(30)
-            for app in chain.apps:  # an application that failed after the end of stream fails the run
+            for app in chain.apps.values():  # an application that failed after the end of stream fails the run
                 if app.poll() not in (None, 0):
-                    app.check_running()
+                    app.ensure_running()
     finally:
         chain.stop(events_obs, windows_obs)
     first = events_obs.first_data
@@ -627,8 +610,8 @@ def run_phase(run: EngineRun, phase: str, chain: Runtime) -> None:
         message = f"{type(exc).__name__}: {lines[0] if lines else ''}" + (f" ... {cause}" if cause else "")
         print(f"  FAILED: {exc}", flush=True)
         traceback.print_exc(limit=3)
-        for app in chain.apps:
-            print(f"  last lines of {app.log_path}:\n{app.tail(15)}")
+        for app in chain.apps.values():
+            print(f"  last lines of {app.log_path}:\n{app.tail(15, indent='    ')}")
         if phase == "latency":
             run.live_error = message
         else:

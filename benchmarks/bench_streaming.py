@@ -3,13 +3,13 @@
     python benchmarks/bench_streaming.py [--watermark-interval 200ms] [--window 1s] [--rate 2000]
         [--live-seconds 30] [--prefill-events 300000] [--master local[2]] [--phases latency,throughput]
 
-The chain: raw source topic -> ``python -m spark_jobs.stream_ingest`` (Spark application 1, ``--tasks``
-long-running tasks) -> the events topic -> ``python -m spark_jobs.stream_window`` (Spark application 2) ->
-the windows topic. Each application is its own process group (``start_new_session``), started by this
-script and killed (SIGTERM, then SIGKILL, to the group and every descendant) when its phase ends. Uses
-$KAFKA_BOOTSTRAP_SERVERS, else starts a local broker for the run. Every phase uses fresh topics (a new run
-id), deleted at the end unless ``--keep-topics``. The applications' logs stay in a temporary directory,
-printed at the start.
+The chain: raw source topic -> ``python -m spark_jobs.runtime.ingest`` (Spark application 1, ``--tasks``
+long-running tasks) -> the events topic -> ``python -m spark_jobs.runtime.window`` (Spark application 2) ->
+the windows topic. Each application is its own process group (``controlmsg.clusters.jobs.JobGroup``),
+started by this script and stopped when its phase ends (SIGTERM to its driver, then SIGKILL to the group
+and every descendant). Uses $KAFKA_BOOTSTRAP_SERVERS, else starts a local broker for the run. Every phase
+uses fresh topics (a new run id), deleted at the end unless ``--keep-topics``. The applications' logs stay
+in a temporary directory, printed at the start.
 
 What is measured, from one run:
 
@@ -86,13 +86,10 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import contextlib
 import itertools
 import math
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -102,14 +99,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 from common import Cluster, PlainReader, add_cluster_options, kafka_cluster, load_average
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from controlmsg.clusters.processes import descendants, pid_alive
+from controlmsg.clusters.jobs import Job, JobGroup
 from controlmsg.core.bookkeeping import StreamEnded, WatermarkAdvanced
 from controlmsg.core.codec import decode_json_payload
 from controlmsg.errors import ReadError
@@ -130,69 +127,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile (``q`` in (0, 1]) of a non-empty sequence."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
-class App:
-    """One Spark application (or any command) in its own session and process group, output to a log."""
-
-    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str]) -> None:
-        self.name = name
-        self.log_path = log_path
-        self._log: IO[bytes] = log_path.open("wb")
-        self.started = time.monotonic()
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=env, start_new_session=True)
-        self.ended: float | None = None
-
-    def poll(self) -> int | None:
-        code = self.proc.poll()
-        if code is not None and self.ended is None:
-            self.ended = time.monotonic()
-        return code
-
-    def tail(self, lines: int = 25) -> str:
-        text = self.log_path.read_bytes().decode(errors="replace").splitlines()[-lines:]
-        return "\n".join("    " + line for line in text)
-
-    def check_running(self) -> None:
-        code = self.poll()
-        if code is not None:
-            raise RuntimeError(f"{self.name} exited with {code}; last lines of {self.log_path}:\n{self.tail()}")
-
-    def wait_for_line(self, text: str, timeout: float) -> float:
-        """Block until ``text`` appears in the log; returns the moment. Raises if the app exits first."""
-        deadline = time.monotonic() + timeout
-        needle = text.encode()
-        while time.monotonic() < deadline:
-            if needle in self.log_path.read_bytes():
-                return time.monotonic()
-            self.check_running()
-            time.sleep(0.05)
-        raise RuntimeError(f"{self.name}: {text!r} not logged within {timeout:g} s; log tail:\n{self.tail()}")
-
-    def stop(self) -> None:
-        """SIGTERM the process group and every descendant, then SIGKILL whatever is left after 10 s."""
-        pids = [self.proc.pid, *descendants(self.proc.pid)]
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-        for pid in pids[1:]:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGTERM)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        deadline = time.monotonic() + 5
-        while any(pid_alive(p) for p in pids[1:]) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for pid in pids[1:]:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        self.poll()
-        self._log.close()
 
 
 # ---------------------------------------------------------------------------------------------- observers
@@ -332,7 +266,7 @@ class Chain:
         self.events, self.windows = topic_names(self.run_id, prefix=TOPIC_PREFIX)
         self.config: dict[str, Any] = dict(self.cluster.config)
         self.env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
-        self.apps: list[App] = []
+        self.apps = JobGroup(self.work, env=self.env)  # the two applications, logs <run id>-<job>.log
         self.admin = AdminClient(self.config)  # one for the run: each one destroyed logs a purge notice
 
     @property
@@ -359,26 +293,22 @@ class Chain:
         return ["--kafka-config", str(self.cluster.properties), "--run-id", self.run_id, "--master", self.args.master,
                 "--summary", str(self.work / f"{self.run_id}-{job}.json"), "--parent-pid", str(os.getpid())]
 
-    def start_window(self) -> App:
+    def start_window(self) -> Job:
         a = self.args
-        argv = [sys.executable, "-m", "spark_jobs.stream_window", "--input-topic", self.events,
+        argv = [sys.executable, "-m", "spark_jobs.runtime.window", "--input-topic", self.events,
                 "--output-topic", self.windows, "--window", a.window, "--sum", "amount",
                 "--partitions", str(a.partitions),
                 "--commit-interval", a.watermark_interval, *self._common("stream_window")]
-        app = App("stream_window", argv, self.work / f"{self.run_id}-stream_window.log", self.env)
-        self.apps.append(app)
-        return app
+        return self.apps.start("stream_window", argv, log_path=self.work / f"{self.run_id}-stream_window.log")
 
-    def start_ingest(self, until_source_end: bool) -> App:
+    def start_ingest(self, until_source_end: bool) -> Job:
         a = self.args
-        argv = [sys.executable, "-m", "spark_jobs.stream_ingest", "--source-topic", self.source,
+        argv = [sys.executable, "-m", "spark_jobs.runtime.ingest", "--source-topic", self.source,
                 "--topic", self.events, "--key", "user", "--event-time", "event_time", "--carry", "amount",
                 "--partitions", str(a.partitions), "--tasks", str(a.tasks),
                 "--allowed-lateness", a.allowed_lateness, "--watermark-interval", a.watermark_interval,
                 *(["--until-source-end"] if until_source_end else []), *self._common("stream_ingest")]
-        app = App("stream_ingest", argv, self.work / f"{self.run_id}-stream_ingest.log", self.env)
-        self.apps.append(app)
-        return app
+        return self.apps.start("stream_ingest", argv, log_path=self.work / f"{self.run_id}-stream_ingest.log")
 
     def start_live(self) -> None:
         """Start both applications, unbounded, and return once they take input: every ingest task has
@@ -390,19 +320,19 @@ class Chain:
         ingest_app = self.start_ingest(until_source_end=False)
         deadline = t_start + a.startup_timeout
         while not self.ingest_tasks_committed():
-            window_app.check_running()
-            ingest_app.check_running()
+            window_app.ensure_running()
+            ingest_app.ensure_running()
             if time.monotonic() > deadline:
                 raise RuntimeError(f"stream_ingest's tasks did not commit within {a.startup_timeout:g} s:\n"
-                                   f"{ingest_app.tail()}")
+                                   f"{ingest_app.tail(25, indent='    ')}")
             time.sleep(0.2)
-        window_app.wait_for_line("stream_window task ", max(1.0, deadline - time.monotonic()))
+        window_app.wait_for_log("stream_window task ", max(1.0, deadline - time.monotonic()), poll_s=0.05)
 
-    def start_bounded(self) -> App:
+    def start_bounded(self) -> Job:
         """Start stream_window, then, once its driver has launched its tasks, stream_ingest with
         ``--until-source-end``; returns stream_ingest's app. Both end by themselves."""
         window_app = self.start_window()
-        window_app.wait_for_line("stream_window task ", self.args.startup_timeout)
+        window_app.wait_for_log("stream_window task ", self.args.startup_timeout, poll_s=0.05)
         return self.start_ingest(until_source_end=True)
 
     def generator_argv(self, start: str) -> list[str]:
@@ -431,14 +361,14 @@ class Chain:
         return len(state) == int(self.args.partitions)
 
     def stop_apps(self) -> None:
-        for app in self.apps:
-            app.stop()
+        """Stop the applications (SIGTERM to each driver, SIGKILL to its process group 10 s later) and close
+        their logs."""
+        self.apps.stop(10.0)
+        self.apps.close()
 
     def wait_apps(self, timeout: float) -> None:
-        """Give each application up to ``timeout`` s to exit by itself (their summaries come at exit)."""
-        for app in self.apps:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                app.proc.wait(timeout)
+        """Give the applications up to ``timeout`` s to exit by themselves (their summaries come at exit)."""
+        self.apps.wait(timeout)
 
     def stop(self, *observers: Observer) -> None:
         """Stop the applications, then halt ``observers`` (raises if one of them failed)."""
@@ -488,7 +418,6 @@ def phase_latency(chain: Chain) -> LatencyResult:
     events_obs, windows_obs = chain.observers(groups=True)
     events_obs.start()
     windows_obs.start()
-    gen: subprocess.Popen[bytes] | None = None
     try:
         t_start = time.monotonic()
         chain.start_live()
@@ -499,20 +428,15 @@ def phase_latency(chain: Chain) -> LatencyResult:
         clock0_ms = int(time.time() * 1000)  # the generator's event clock starts here (given as --start)
         gen_argv = chain.generator_argv(datetime.fromtimestamp(clock0_ms / 1000, UTC).isoformat())
         gen_started = time.monotonic()
-        gen = subprocess.Popen(gen_argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               start_new_session=True)
-        out, err = gen.communicate(timeout=a.live_seconds + 120)
-        gen_ended = time.monotonic()
-        if gen.returncode != 0:
-            raise RuntimeError(f"generator failed ({gen.returncode}): {err.decode(errors='replace')[-2000:]}")
-        generated = sum(orjson.loads(out.splitlines()[-1])["endOffsets"].values())
+        generated, gen_ended = run_generator(gen_argv, chain.work / f"{chain.run_id}-generator.log",
+                                             a.live_seconds + 120)
 
         # Drain: every generated event on the events topic, and every window with a t0 has its result.
         grace = gen_ended + a.grace
         drain_s: float | None = None
         while time.monotonic() < grace:
-            for app in chain.apps:
-                app.check_running()
+            for app in chain.apps.values():
+                app.ensure_running()
             if drain_s is None and events_obs.data >= generated and events_obs.last_data is not None:
                 drain_s = events_obs.last_data - gen_ended
             with events_obs.lock, windows_obs.lock:
@@ -525,10 +449,6 @@ def phase_latency(chain: Chain) -> LatencyResult:
             time.sleep(0.1)
         time.sleep(max(0.0, min(1.0, grace - time.monotonic())))  # a last moment for stragglers
     finally:
-        if gen is not None and gen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(gen.pid, signal.SIGKILL)
-            gen.wait(10)
         chain.stop(events_obs, windows_obs)
 
     # t0 per window end: the events watermark reaching it; t1: its first result on the windows topic.
@@ -580,6 +500,26 @@ def phase_latency(chain: Chain) -> LatencyResult:
         second_half_median=statistics.median(latencies[half:]) if half else None,
         ready_s=ready_s,
     )
+
+
+def run_generator(argv: list[str], log_path: Path, timeout: float) -> tuple[int, float]:
+    """Run ``python -m spark_jobs.generate`` (``argv``) to its end as a job of its own, output to
+    ``log_path``, killed after ``timeout`` s. Returns the source topic's records (the sum of the end offsets
+    it prints last) and the ``time.monotonic()`` it ended at; raises ``RuntimeError`` if it fails."""
+    gen = Job("generator", argv, log_path)
+    try:
+        gen.start()
+        code = gen.wait(timeout)
+        ended = time.monotonic()
+        if code != 0:
+            raise RuntimeError(f"generator {'still running' if code is None else f'failed ({code})'} after "
+                               f"{timeout:g} s:\n{gen.tail(25, indent='    ')}")
+        for line in reversed(log_path.read_bytes().splitlines()):
+            if line.startswith(b'{"topic"'):
+                return sum(orjson.loads(line)["endOffsets"].values()), ended
+        raise RuntimeError(f"the generator printed no end offsets:\n{gen.tail(25, indent='    ')}")
+    finally:
+        gen.close()
 
 
 def _median_step(moments: list[float], t_from: float, t_to: float) -> float | None:
@@ -639,7 +579,7 @@ def phase_throughput(chain: Chain) -> ThroughputResult:
     try:
         launched = time.monotonic()
         ingest_app = chain.start_bounded()
-        ingest_driver = ingest_app.wait_for_line("over source partitions", a.startup_timeout)
+        ingest_driver = ingest_app.wait_for_log("over source partitions", a.startup_timeout, poll_s=0.05)
         deadline = time.monotonic() + a.startup_timeout + a.throughput_timeout
         cpu_at_first: float | None = None  # this process's CPU time when the first event record showed up
         while windows_obs.ended_at is None:
@@ -647,9 +587,9 @@ def phase_throughput(chain: Chain) -> ThroughputResult:
                 cpu_at_first = time.process_time()
             if time.monotonic() > deadline:
                 raise RuntimeError("the chain did not reach end of stream on the windows topic in time")
-            for app in chain.apps:
+            for app in chain.apps.values():
                 if app.poll() not in (None, 0):
-                    app.check_running()
+                    app.ensure_running()
             if windows_obs.error is not None or events_obs.error is not None:
                 break
             time.sleep(0.05)

@@ -385,12 +385,12 @@ class Bench:
         """What the last hop cannot go below: the sink's own read of each round's window results, alone and
         warm. The window job writes each task's output in one transaction, so the sink (``read_committed``)
         sees none of it before the commit that also makes the end of stream visible; from there it must
-        read and parse all of it (:func:`spark_jobs.sink.read_results`). One application, every topic read
+        read and parse all of it (:func:`spark_jobs.batch.sink.read_results`). One application, every topic read
         once untimed first (Python workers, imports), then timed."""
         from pyspark.sql import SparkSession
 
+        from spark_jobs.batch.sink import read_results
         from spark_jobs.checks import parquet_number_types
-        from spark_jobs.sink import read_results
 
         spark = SparkSession.builder.master(self.args.master).appName("bench-last-hop-floor").getOrCreate()
         try:

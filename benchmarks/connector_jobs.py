@@ -11,15 +11,15 @@
 Each call is its own Spark application, as an orchestrator would run the stages one after another; the
 connector (``org.apache.spark:spark-sql-kafka-0-10_<scala>`` at the installed Spark version) comes from
 ``--jars`` (its jar files, as on a cluster that has them installed), else from ``spark.jars.packages``.
-The stages do what ``spark_jobs.ingest``, ``window_aggregate`` and ``sink`` do, with the same helpers
+The stages do what ``spark_jobs.batch.ingest``, ``window_aggregate`` and ``sink`` do, with the same helpers
 (``spark_jobs.events``) and the same output file, but through ``format("kafka")``: values
 ``to_json(struct(*))`` keyed by the key column, read back with ``from_json`` and a schema the user
 states. A topic read by a stage is read from its earliest to its latest offsets: the stage before it has
 finished, so everything is there. ``batch`` is ``spark_jobs.events.windowed_oracle`` over the file.
 Used by ``bench_vs_kafka_connector.py``.
 
-``stream-ingest`` and ``stream-window`` are the streaming chain (``spark_jobs.stream_ingest`` ->
-``spark_jobs.stream_window``) as a user of Structured Streaming writes it with the connector, one
+``stream-ingest`` and ``stream-window`` are the streaming chain (``spark_jobs.runtime.ingest`` ->
+``spark_jobs.runtime.window``) as a user of Structured Streaming writes it with the connector, one
 unbounded query each: raw JSON source topic -> ``{"key", "event_ms", <carried>}`` -> events topic; events
 topic -> ``withWatermark`` (the allowed lateness) -> tumbling-window count and sums in append mode ->
 ``{"key", "window_start", "window_end", "count", "sum_<c>"}`` (epoch ms) -> windows topic; values
@@ -108,8 +108,8 @@ def ingest(spark: SparkSession, args: argparse.Namespace) -> None:
 
 def window(spark: SparkSession, args: argparse.Namespace) -> None:
     """Topic -> count and sums per key and tumbling window -> topic."""
+    from spark_jobs.batch.window_aggregate import aggregate_windows
     from spark_jobs.events import parse_duration
-    from spark_jobs.window_aggregate import aggregate_windows
 
     records = read_topic(spark, args.bootstrap_servers, args.input_topic, args.schema)
     windows = aggregate_windows(records, parse_duration(args.window), args.sum)

@@ -60,7 +60,6 @@ import contextlib
 import csv
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -69,11 +68,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 from common import add_cluster_options, load_average
 
+from controlmsg.clusters.jobs import Job, JobGroup
 from controlmsg.clusters.processes import descendants, free_ports
 from controlmsg.core.messages import MAX_TIMESTAMP
 from controlmsg.kafka.admin import create_topic, end_offsets
@@ -81,7 +81,7 @@ from controlmsg.kafka.settings import client_config_from_args, write_properties
 from controlmsg.streaming.ingest import source_group
 from spark_jobs.common import topic_names
 from spark_jobs.pipeline import _job_args, build_parser
-from spark_jobs.stream_sink import checkpoint_path
+from spark_jobs.runtime.sink import checkpoint_path
 
 MEASURED_MAX_RATE = 63_000.0
 """records/s: docs/PERFORMANCE.md, "Streaming: window latency and rate", 2 tasks, 4 partitions (default)."""
@@ -115,72 +115,6 @@ def tree_rss(pid: int | None) -> tuple[int, int]:
         return 0, 0
     pids = [pid, *descendants(pid)]
     return sum(rss_kb(p) for p in pids), len(pids)
-
-
-class Job:
-    """One job of the chain, its own session and process group, output appended to ``<run dir>/<job>.log``."""
-
-    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str]) -> None:
-        self.name = name
-        self.argv = argv
-        self.log_path = log_path
-        self.env = env
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
-        self.starts = 0
-
-    def start(self, argv: list[str] | None = None) -> None:
-        if argv is not None:
-            self.argv = argv
-        if self._log is not None:
-            self._log.close()
-        self._log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=self.env, start_new_session=True)
-        self.starts += 1
-
-    @property
-    def pid(self) -> int | None:
-        return None if self.proc is None else self.proc.pid
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill9(self) -> None:
-        """SIGKILL the job's process group and any descendant that left it (the PySpark daemon does)."""
-        assert self.proc is not None
-        pids = descendants(self.proc.pid)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        self.proc.wait(30)
-
-    def terminate(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM to the job's own process (it stops its tasks at a commit), SIGKILL to the group after
-        ``timeout``. Returns the exit code."""
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill9()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)  # a JVM its driver left behind
-        return self.proc.returncode
-
-    def tail(self, lines: int = 20) -> str:
-        text = self.log_path.read_bytes().decode(errors="replace").splitlines()[-lines:]
-        return "\n".join("    " + line for line in text)
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.kill9()
-        if self._log is not None:
-            self._log.close()
 
 
 # ---------------------------------------------------------------------------------------------- measures
@@ -304,8 +238,9 @@ class Soak:
         self.samples: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
         self.t0 = 0.0
+        self.env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
         self.generator: Job | None = None
-        self.jobs: dict[str, Job] = {}
+        self.jobs = JobGroup(self.run_dir, env=self.env)  # <run dir>/<job>.log, appended to across restarts
         self.tx_tool = TransactionsTool(out, self.properties)
         self.last_wm_lag: float | None = None
 
@@ -329,37 +264,29 @@ class Soak:
         print(f"{row['utc']} +{t:7.1f} s  {kind} {job} {detail}", flush=True)
 
     def start_chain(self) -> None:
-        env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
         create_topic(self.config, self.source, self.a.partitions)
         for job in ("stream_sink", "stream_window", "stream_ingest"):  # downstream first, as the pipeline
-            self.jobs[job] = Job(job, self.job_argv(job), self.run_dir / f"{job}.log", env)
-            self.jobs[job].start()
+            self.jobs.start(job, self.job_argv(job))
             self.event("start", job)
         self.wait_for_log("stream_ingest", "over source partitions")
         self.wait_for_log("stream_window", "stream_window task ")
         gen = [sys.executable, "-m", "spark_jobs.generate", "--topic", self.source, "--kafka-config",
                str(self.properties), "--duration", str(self.a.minutes * 60), "--rate", str(self.a.rate),
                "--keys", str(self.a.keys), "--disorder", self.a.disorder, "--seed", str(self.a.seed)]
-        self.generator = Job("generator", gen, self.out / "generator.log", env)
+        self.generator = Job("generator", gen, self.out / "generator.log", env=self.env)
         self.t0 = time.monotonic()
         self.generator.start()
         self.event("start", "generator", f"{self.a.rate:,.0f} events/s for {self.a.minutes:g} min")
 
     def wait_for_log(self, job: str, text: str, timeout: float = 300.0) -> None:
-        deadline = time.monotonic() + timeout
-        while text.encode() not in self.jobs[job].log_path.read_bytes():
-            if not self.jobs[job].running():
-                raise RuntimeError(f"{job} exited before {text!r}:\n{self.jobs[job].tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{job}: {text!r} not logged within {timeout:g} s:\n{self.jobs[job].tail()}")
-            time.sleep(0.5)
+        self.jobs[job].wait_for_log(text, timeout, poll_s=0.5)
 
     def kill_and_restart(self, job: str) -> None:
         j = self.jobs[job]
         if not j.running():
             self.event("not-running", job, "at its kill time; started again")
         else:
-            j.kill9()
+            j.kill()
             self.event("kill -9", job, f"process group {j.pid}")
         j.start()
         self.event("restart", job)
@@ -367,8 +294,9 @@ class Soak:
     def check_jobs(self, ending: bool = False) -> None:
         """A job that exited by itself (not killed here) is recorded and started again, unless ending."""
         for name, j in self.jobs.items():
-            if j.proc is not None and j.proc.poll() is not None and not ending:
-                self.event("unplanned exit", name, f"exit {j.proc.returncode}; started again; log tail:\n{j.tail(8)}")
+            if j.poll() is not None and not ending:
+                self.event("unplanned exit", name,
+                           f"exit {j.returncode}; started again; log tail:\n{j.tail(8, indent='    ')}")
                 j.start()
 
     # -- one sample
@@ -476,14 +404,14 @@ class Soak:
             if t >= end_s and k >= len(kills) and not self.generator.running():
                 break
             time.sleep(0.5)
-        assert self.generator is not None and self.generator.proc is not None
-        self.event("end", "generator", f"exit {self.generator.proc.returncode}")
+        assert self.generator is not None
+        self.event("end", "generator", f"exit {self.generator.returncode}")
         self.finish(next_sample)
 
     def finish(self, next_sample: float) -> None:
         """Stop the ingest at a commit, start it again bounded by the source's end, wait for the chain."""
         ingest = self.jobs["stream_ingest"]
-        code = ingest.terminate(30)
+        code = ingest.stop(30)
         self.event("SIGTERM", "stream_ingest", f"exit {code}; started again with --until-source-end")
         ingest.start(self.job_argv("stream_ingest", until_source_end=True))
         deadline = time.monotonic() + self.a.end_timeout
@@ -495,9 +423,8 @@ class Soak:
         for name, j in self.jobs.items():
             if j.running():
                 self.event("timeout", name, f"still running {self.a.end_timeout:g} s after the end; SIGTERM")
-                j.terminate(30)
-            assert j.proc is not None
-            self.event("exit", name, str(j.proc.returncode))
+                j.stop(30)
+            self.event("exit", name, str(j.returncode))
         self.sample("end")
 
     def close(self) -> None:
@@ -793,8 +720,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         soak.run()
         gen = soak.generator
-        checks["generator_exit"] = gen.proc.returncode if gen and gen.proc else None
-        checks["job_exits"] = {n: j.proc.returncode for n, j in soak.jobs.items() if j.proc}
+        checks["generator_exit"] = gen.returncode if gen else None
+        checks["job_exits"] = {n: j.returncode for n, j in soak.jobs.items()}
         checks["job_starts"] = {n: j.starts for n, j in soak.jobs.items()}
         checks["unplanned_exits"] = sum(1 for e in soak.events if e["event"] == "unplanned exit")
         window = orjson.loads((soak.run_dir / "stream_window.json").read_bytes()) \

@@ -2,10 +2,24 @@
 library's public API (``format("controlmsg")`` from :mod:`controlmsg.spark`, the Kafka layer) like any
 user's job would.
 
-Backfill: :mod:`~spark_jobs.ingest` (file -> topic), :mod:`~spark_jobs.window_aggregate` (topic -> windows
--> topic), :mod:`~spark_jobs.sink` (topic -> file), chained by :mod:`~spark_jobs.pipeline`. Streaming:
-:mod:`~spark_jobs.stream_ingest`, :mod:`~spark_jobs.stream_window`, :mod:`~spark_jobs.stream_sink`, fed by
-:mod:`~spark_jobs.generate`. Shared by them: :mod:`~spark_jobs.common` (the CLIs' options) and
-:mod:`~spark_jobs.events` (files, event time, the plain-Spark oracle). Importing this package imports
-nothing else.
+One subpackage per chain, named after the engine it runs on; each job is ``python -m`` its module:
+
+* :mod:`spark_jobs.batch`: the backfill on Spark batch queries, ``ingest`` (file -> topic),
+  ``window_aggregate`` (topic -> windows -> topic), ``sink`` (topic -> file);
+* :mod:`spark_jobs.runtime`: the long-running chain on :mod:`controlmsg.streaming`, ``ingest`` (source
+  topic -> topic), ``window`` (topic -> windows as the watermark passes them -> topic), ``sink`` (topic ->
+  file, one plain process);
+* :mod:`spark_jobs.stages`: the same chain as Structured Streaming queries, ``ingest``, ``window``,
+  ``sink`` and what they share (``common``).
+
+At the top, what the chains share and the two commands: :mod:`~spark_jobs.common` (the CLIs' options, how
+a job starts and fails), :mod:`~spark_jobs.checks` (argument checks before Spark starts),
+:mod:`~spark_jobs.events` (files, event time, rejects, the plain-Spark oracle), :mod:`~spark_jobs.pipeline`
+(``python -m spark_jobs.pipeline windowed-count``: runs the batch or the runtime chain) and
+:mod:`~spark_jobs.generate` (``python -m spark_jobs.generate``: the raw events a streaming chain reads).
+
+A job keeps its name wherever its module lives: ``ingest``, ``window_aggregate``, ``sink``,
+``stream_ingest``, ``stream_window``, ``stream_sink``, ``stage_ingest``, ``stage_window``, ``stage_sink``.
+That name is in its log lines, its summary, its log file and its Kafka transactional ids (so a run
+resumes across versions). Importing this package, or a chain's, imports nothing else.
 """

@@ -2,14 +2,13 @@
 Spark applications joined by two intermediate topics, that terminates by itself.
 
 The three jobs are started as separate processes (each its own Spark application, each in its own
-session and process group), by default downstream first (sink, window_aggregate, ingest) to show that a
-reader waits for its upstream; the two downstream jobs run ``--nice-step`` CPU priority levels below
-ingest (their process groups and scheduling autogroups), so that the job the others wait for gets shared
-cores first (see :data:`_NICE_STEPS`). The
-pipeline exits 0 once the sink has written the complete result, 1
-with the failing job's log tail if any job fails (the others are then stopped). Each job's log goes to
-``<run dir>/<job>.log`` (appended to: a restart keeps the stopped run's lines); the jobs' own progress
-lines are echoed to stderr.
+session and process group: :class:`controlmsg.clusters.jobs.JobGroup`), by default downstream first (sink,
+window_aggregate, ingest) to show that a reader waits for its upstream; the two downstream jobs run
+``--nice-step`` CPU priority levels below ingest (their process groups and scheduling autogroups), so that
+the job the others wait for gets shared cores first (see :data:`_NICE_STEPS`). The pipeline exits 0 once
+the sink has written the complete result, 1 with the failing job's log tail if any job fails (the others
+are then stopped). Each job's log goes to ``<run dir>/<job>.log`` (appended to: a restart keeps the
+stopped run's lines); the jobs' own progress lines are echoed to stderr.
 
 Stopping (:data:`EXIT_STATUS`): on SIGTERM or SIGINT the pipeline sends SIGTERM to every job still
 running (the job's own process: it stops its tasks at a commit, see :mod:`controlmsg.streaming.stopping`), waits
@@ -25,22 +24,20 @@ see docs/STREAMING.md.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
 import signal
-import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, Final
+from typing import Any, Final
 
 import orjson
 
+from controlmsg.clusters.jobs import JobGroup
 from controlmsg.kafka.admin import add_topic_options, create_topic, topic_settings_from_args
 from controlmsg.kafka.settings import STARTS_LOCAL_BROKER_HELP, add_client_options, write_properties
 from controlmsg.streaming import exit_code, signal_name
@@ -56,7 +53,7 @@ from spark_jobs.checks import (
 )
 from spark_jobs.common import topic_names
 
-__all__ = ["declared_sums", "main"]
+__all__ = ["JOB_MODULES", "declared_sums", "main"]
 
 JOB_STOP_GRACE_S: Final = 20.0
 """Seconds a job has to stop after the pipeline's SIGTERM before its process group is SIGKILLed (a job
@@ -69,6 +66,13 @@ EXIT_STATUS: Final = ("exit status: 0 the output is complete; 1 a job failed or 
                       "signal SIGKILLs the jobs at once (still nothing partial: a restart aborts what was open)")
 _JOBS = ("ingest", "window_aggregate", "sink")
 _STREAMING_JOBS = ("stream_ingest", "stream_window", "stream_sink")
+JOB_MODULES: Final = {
+    "ingest": "spark_jobs.batch.ingest", "window_aggregate": "spark_jobs.batch.window_aggregate",
+    "sink": "spark_jobs.batch.sink", "stream_ingest": "spark_jobs.runtime.ingest",
+    "stream_window": "spark_jobs.runtime.window", "stream_sink": "spark_jobs.runtime.sink",
+}
+"""The module (``python -m``) of each job the pipeline runs, by the job's name (its log, summary and
+transactional ids keep that name)."""
 # How many --nice-step levels below ingest each bounded job runs. The sink shares the window job's level
 # rather than running a step below it: until the window job's transactions commit, the sink's readers
 # block in poll and take no CPU from it, and from the commit on the sink must read the window job's whole
@@ -81,6 +85,11 @@ _STREAMING_JOBS = ("stream_ingest", "stream_window", "stream_sink")
 _NICE_STEPS: Final = {"ingest": 0, "window_aggregate": 1, "sink": 1}
 _OWN_LINE = re.compile(
     rb"^\d\d:\d\d:\d\d (ingest|window_aggregate|sink|stream_ingest|stream_window|stream_sink|reader|writer)\b")
+
+
+def _own_line(line: bytes) -> bool:
+    """The jobs' own progress lines, echoed to the pipeline's stderr (the rest only goes to their logs)."""
+    return _OWN_LINE.match(line) is not None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,28 +150,6 @@ def _write_client_config(config: dict[str, str], run_dir: Path) -> Path:
                             "the Kafka client settings of this pipeline run (removed when it ends)")
 
 
-def _niced(increment: int) -> Callable[[], None]:
-    """A ``preexec_fn`` lowering the child's CPU priority (its JVM and Python workers inherit it).
-
-    The child leads a new session, which Linux's scheduler autogroups (``sched_autogroup_enabled``): a
-    process's nice value then only weighs against processes of its own group, so the group's nice value
-    (``/proc/self/autogroup``) is lowered too, where the kernel has it."""
-    def lower() -> None:
-        os.nice(increment)
-        with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as group:
-            group.write(str(increment))
-    return lower
-
-
-def _pump(stream: IO[bytes], log: IO[bytes], echo: bool) -> None:
-    for line in iter(stream.readline, b""):
-        log.write(line)
-        log.flush()
-        if echo and _OWN_LINE.match(line):
-            sys.stderr.buffer.write(line)
-            sys.stderr.flush()
-
-
 def _job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str, run_dir: Path) -> list[str]:
     events, windows = topic_names(run_id)
     kafka = ["--kafka-config", str(kafka_file)]
@@ -199,12 +186,12 @@ def _job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str,
         extra = ["--input-topic", events, "--output-topic", windows, "--window", args.window,
                  "--partitions", str(args.partitions), "--commit-interval", args.watermark_interval, *sums]
     elif job == "stream_sink":  # no Spark application: one process appends to the one output file
-        return [sys.executable, "-m", "spark_jobs.stream_sink", "--input-topic", windows, "--output", args.output,
+        return [sys.executable, "-m", JOB_MODULES[job], "--input-topic", windows, "--output", args.output,
                 *sums, *kafka, "--run-id", run_id, "--summary", str(run_dir / f"{job}.json"),
                 "--timeout", str(args.timeout), "--parent-pid", str(os.getpid())]
     else:
         extra = ["--input-topic", windows, "--output", args.output, *sums]
-    return [sys.executable, "-m", f"spark_jobs.{job}", *extra, *common]
+    return [sys.executable, "-m", JOB_MODULES[job], *extra, *common]
 
 
 def declared_sums(args: argparse.Namespace) -> dict[str, str | None]:
@@ -215,42 +202,6 @@ def declared_sums(args: argparse.Namespace) -> dict[str, str | None]:
     if args.input is not None:
         sums.update(parquet_number_types(args.input, [name for name, typ in sums.items() if typ is None]))
     return sums
-
-
-def _stop_jobs(procs: dict[str, subprocess.Popen[bytes]], grace_s: float) -> dict[str, int]:
-    """Stop every job still running: SIGTERM to its own process (its driver, which stops its tasks at a
-    commit and then Spark), then SIGKILL to the process group of each one still there ``grace_s`` later.
-    Returns the exit code of each job this stopped (a negative code: killed by that signal)."""
-    running = {job: proc for job, proc in procs.items() if proc.poll() is None}
-    for proc in running.values():
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for proc in running.values():
-        try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _kill_groups({"": proc})
-            proc.wait(10)
-    _kill_groups(procs, linger_s=5.0)  # a JVM its driver left behind goes with the group
-    return {job: proc.returncode for job, proc in running.items()}
-
-
-def _kill_groups(procs: dict[str, subprocess.Popen[bytes]], linger_s: float = 0.0) -> None:
-    """SIGKILL the process group of each of ``procs`` (each job leads its own group) still holding a
-    process ``linger_s`` from now."""
-    deadline = time.monotonic() + linger_s
-    for proc in procs.values():
-        while True:
-            try:
-                os.killpg(proc.pid, 0)
-            except (ProcessLookupError, PermissionError):
-                break
-            if time.monotonic() >= deadline:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                break
-            time.sleep(0.1)
 
 
 def check_arguments(args: argparse.Namespace) -> list[str]:
@@ -287,19 +238,19 @@ def run_windowed_count(args: argparse.Namespace) -> int:
         for problem in problems:
             print(f"pipeline: {problem}", file=sys.stderr)
         return 2
-    jobs = _STREAMING_JOBS if args.streaming else _JOBS
+    chain = _STREAMING_JOBS if args.streaming else _JOBS
     if args.streaming != (args.source_topic is not None) or args.streaming == (args.input is not None):
         print("give --input FILE (bounded), or --streaming --source-topic TOPIC", file=sys.stderr)
         return 2
     if args.streaming and not args.output.lower().endswith((".csv", ".json", ".jsonl", ".ndjson")):
         print("--streaming appends results as windows close: give a .csv or .jsonl --output", file=sys.stderr)
         return 2
-    roles = dict(zip(("ingest", "window", "sink"), jobs, strict=True))
+    roles = dict(zip(("ingest", "window", "sink"), chain, strict=True))
     try:
         order = [roles[j.strip()] for j in args.start_order.split(",")]
     except KeyError:
         order = []
-    if sorted(order) != sorted(jobs):
+    if sorted(order) != sorted(chain):
         print("--start-order must name each of ingest, window, sink once", file=sys.stderr)
         return 2
     run_id = args.run_id or uuid.uuid4().hex[:10]
@@ -315,11 +266,9 @@ def run_windowed_count(args: argparse.Namespace) -> int:
           f"logs in {run_dir}", file=sys.stderr)
 
     started = time.monotonic()
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-    logs: dict[str, IO[bytes]] = {}
-    pumps: list[threading.Thread] = []
-    env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
-    ended: dict[str, float] = {}
+    # Each job in its own session and process group: a Ctrl-C in the terminal reaches the pipeline only,
+    # which stops the jobs in order (see JOB_STOP_GRACE_S).
+    jobs = JobGroup(run_dir, env={**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)})
     failed: str | None = None
     signals: list[int] = []
 
@@ -329,43 +278,27 @@ def run_windowed_count(args: argparse.Namespace) -> int:
             print(f"{time.strftime('%H:%M:%S')} pipeline: {signal_name(signum)}: stopping the jobs "
                   "(again to kill them at once)", file=sys.stderr, flush=True)
         else:
-            _kill_groups(procs)
+            jobs.signal(signal.SIGKILL, group=True)
 
     previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         for job in order:
             if signals:
                 break
-            logs[job] = (run_dir / f"{job}.log").open("ab")
-            # Its own session: a Ctrl-C in the terminal reaches the pipeline only, which stops the jobs in order.
-            niceness = 0 if args.streaming else _NICE_STEPS[job] * args.nice_step
-            proc = subprocess.Popen(_job_args(job, args, kafka_file, run_id, run_dir), stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                    preexec_fn=_niced(niceness) if niceness else None)
-            procs[job] = proc
-            assert proc.stdout is not None
-            pump = threading.Thread(target=_pump, args=(proc.stdout, logs[job], True), daemon=True)
-            pump.start()
-            pumps.append(pump)
-        deadline = started + args.timeout + 120
-        while len(ended) < len(procs) and failed is None and not signals:
-            if time.monotonic() > deadline:
+            jobs.start(job, _job_args(job, args, kafka_file, run_id, run_dir), echo=_own_line,
+                       nice=0 if args.streaming else _NICE_STEPS[job] * args.nice_step)
+        if not signals:
+            codes = jobs.wait(started + args.timeout + 120 - time.monotonic(), stop_when=lambda: bool(signals))
+            failed = next((job for job, code in codes.items() if code), None)
+            if failed is None and not signals and None in codes.values():
                 failed = "timeout"
-                break
-            for job, proc in procs.items():
-                if job not in ended and proc.poll() is not None:
-                    ended[job] = time.monotonic() - started
-                    if proc.returncode != 0:
-                        failed = job
-            time.sleep(0.2)
     finally:
         stopping = time.monotonic()
-        stopped = _stop_jobs(procs, 0.0 if len(signals) > 1 else JOB_STOP_GRACE_S)
-        for pump in pumps:
-            pump.join(5)
-        for log in logs.values():
-            log.close()
-        kafka_file.unlink(missing_ok=True)
+        try:
+            stopped = jobs.stop(0.0 if len(signals) > 1 else JOB_STOP_GRACE_S)
+        finally:
+            jobs.close()
+            kafka_file.unlink(missing_ok=True)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     others = ", ".join(f"{job} exit {code}" for job, code in stopped.items() if job != failed)
@@ -378,15 +311,14 @@ def run_windowed_count(args: argparse.Namespace) -> int:
         if failed == "timeout":
             print(f"pipeline run {run_id} did not end within {args.timeout:g} s; logs in {run_dir}", file=sys.stderr)
         else:
-            tail = (run_dir / f"{failed}.log").read_bytes().decode(errors="replace").splitlines()[-25:]
-            print(f"job {failed} failed (exit {procs[failed].returncode}); last lines of {run_dir / failed}.log:",
+            print(f"job {failed} failed (exit {jobs[failed].returncode}); last lines of {run_dir / failed}.log:",
                   file=sys.stderr)
-            print("\n".join("  " + line for line in tail), file=sys.stderr)
+            print(jobs[failed].tail(25, indent="  "), file=sys.stderr)
         if others:
             print(f"stopped the other jobs: {others}; logs in {run_dir}", file=sys.stderr)
         return 1
-    summaries: dict[str, Any] = {job: orjson.loads((run_dir / f"{job}.json").read_bytes()) for job in jobs}
-    ingest, window, sink = (summaries[job] for job in jobs)
+    summaries: dict[str, Any] = {job: orjson.loads((run_dir / f"{job}.json").read_bytes()) for job in chain}
+    ingest, window, sink = (summaries[job] for job in chain)
     # The streaming ingest records when its last end of stream committed; a batch ingest ends right after.
     eos_to_sink = sink["input_ended_at"] - (ingest.get("eos_written_at") or ingest["finished_at"])
     print(f"rows in: {ingest['rows_in']}  rejects: {ingest['rejects']}"
@@ -396,7 +328,8 @@ def run_windowed_count(args: argparse.Namespace) -> int:
     if args.streaming:
         late = sum(t["late"] for t in window["tasks"])
         print(f"late records (behind the watermark, in {topic_names(run_id)[1]}-late): {late}")
-    print("wall time: " + ", ".join(f"{job} {ended[job]:.1f} s" for job in jobs)
+    ended = {job: (jobs[job].ended_at or time.monotonic()) - started for job in chain}
+    print("wall time: " + ", ".join(f"{job} {ended[job]:.1f} s" for job in chain)
           + f"; pipeline {time.monotonic() - started:.1f} s")
     print(f"end of stream reached the sink {eos_to_sink:.1f} s after ingest's last end of stream was written")
     # The last hop alone: the window job's end of stream committed -> the sink has its whole input (the

@@ -19,8 +19,8 @@ from its own commit: nothing twice, nothing lost, the watermark never goes back.
 * :mod:`controlmsg.streaming.stopping`: graceful stop on SIGTERM and SIGINT (:class:`Stopper`), brought
   to the tasks through a stop topic (:class:`StopChannel`); the tasks stop at a commit.
 
-The two task bodies are plain Python and need no Spark; the example jobs ``spark_jobs.stream_ingest`` and
-``spark_jobs.stream_window`` run them inside :func:`run_long_running_tasks`.
+The two task bodies are plain Python and need no Spark; the example jobs ``spark_jobs.runtime.ingest`` and
+``spark_jobs.runtime.window`` run them inside :func:`run_long_running_tasks`.
 
 **When to use it rather than Structured Streaming stages.** When a window's result must be readable as
 soon as the reconciled watermark passes its end, or when the chain must carry a high rate: measured side

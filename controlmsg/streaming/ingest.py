@@ -1,7 +1,7 @@
 """The body of one streaming ingest task: raw source partitions -> the intermediate topic, exactly once.
 
 The streaming pipeline's ingest (see docs/STREAMING.md); it runs as plain Python, and inside a
-long-running Spark task (:mod:`controlmsg.streaming.runtime`; the example job `spark_jobs.stream_ingest`).
+long-running Spark task (:mod:`controlmsg.streaming.runtime`; the example job `spark_jobs.runtime.ingest`).
 One task owns some partitions of the raw source topic (JSON objects with the fields a file input has) and
 is one upstream task of the intermediate topic:
 

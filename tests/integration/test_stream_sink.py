@@ -15,7 +15,7 @@ import pytest
 
 from controlmsg.errors import CheckpointError
 from controlmsg.kafka import ControlWriter, FileCheckpointStore
-from spark_jobs.stream_sink import checkpoint_path, iso_ms, run_stream_sink
+from spark_jobs.runtime.sink import checkpoint_path, iso_ms, run_stream_sink
 
 RUN = "run-s"
 

@@ -219,7 +219,7 @@ def test_invalid_options_are_refused_with_the_valid_ones(
 def test_a_job_that_fails_says_why_in_two_lines_and_keeps_the_trace(
     bootstrap_servers: str, kafka_config: dict[str, Any], new_topic: Callable[..., str], tmp_path: Path
 ) -> None:
-    """``python -m spark_jobs.sink`` reading a record whose value is not JSON (FAILFAST): its own Spark
+    """``python -m spark_jobs.batch.sink`` reading a record whose value is not JSON (FAILFAST): its own Spark
     application fails; the job ends with the cause (topic, partition, offset) and what to do, the full
     trace goes to --log-file."""
     import os
@@ -230,7 +230,7 @@ def test_a_job_that_fails_says_why_in_two_lines_and_keeps_the_trace(
     write_records(kafka_config, topic, [(0, b"k", b'{"key": "a"}', None), (0, b"k", b'{"key": ', "value")])
     log_file = tmp_path / "sink-error.log"
     proc = subprocess.run(
-        [sys.executable, "-m", "spark_jobs.sink", "--input-topic", topic, "--output", str(tmp_path / "out.csv"),
+        [sys.executable, "-m", "spark_jobs.batch.sink", "--input-topic", topic, "--output", str(tmp_path / "out.csv"),
          "--bootstrap-servers", bootstrap_servers, "--run-id", "r1", "--master", "local[1]", "--timeout", "60",
          "--log-file", str(log_file), "--spark-conf", "spark.task.maxFailures=1"],
         capture_output=True, text=True, timeout=300,

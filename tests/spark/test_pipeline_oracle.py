@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_jobs import ingest, sink, window_aggregate
+from spark_jobs.batch import ingest, sink, window_aggregate
 from spark_jobs.events import parse_duration, read_table, windowed_oracle
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clicks.csv"

@@ -24,8 +24,8 @@ from controlmsg.core.naming import task_name, transactional_id
 from controlmsg.errors import DeliveryError
 from controlmsg.kafka import ControlReader, ControlWriter, DataRecord, create_topic
 from controlmsg.streaming.ingest import run_ingest_task
-from spark_jobs import stream_ingest
 from spark_jobs.generate import GeneratorConfig, generate
+from spark_jobs.runtime import ingest as stream_ingest
 from tests.transactions import held_back
 
 RUN = "fence-4-3"

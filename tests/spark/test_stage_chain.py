@@ -1,4 +1,4 @@
-"""The example streaming chain as three ordinary Structured Streaming queries (``spark_jobs.stage_ingest``,
+"""The example streaming chain as three ordinary Structured Streaming queries (``spark_jobs.stages.ingest``,
 ``stage_window``, ``stage_sink``), each its own Spark application, on a real broker: equal to the oracle
 with late data, more write tasks than cores, ``kill -9`` of each stage in the middle of its run and the
 same command again (the ingest with fewer tasks: rescaled between runs), every window once, and the
@@ -22,9 +22,10 @@ import orjson
 import pytest
 from pyspark.sql import SparkSession
 
+from controlmsg.clusters.jobs import JobGroup
 from controlmsg.kafka import ControlReader, DataRecord
 
-from .jobs import Jobs
+from .jobs import kill9, wait_all_ok
 from .test_streaming_pipeline import generated_source
 from .test_streaming_restarts import wait_for_records
 
@@ -62,17 +63,18 @@ class Stages:
                            "--checkpoint", where["stage_sink"]],
         }
         self.common = common
-        self.jobs = Jobs(tmp_path)
+        self.jobs = JobGroup(tmp_path)
 
     def start(self, job: str, *extra: str) -> None:
-        self.jobs.launch(job, [sys.executable, "-m", f"spark_jobs.{job}", *self.commands[job], *self.common,
-                               *self.extra.get(job, ()), *extra, "--summary", str(self.dir / f"{job}.json")])
+        module = f"spark_jobs.stages.{job.removeprefix('stage_')}"  # the job stage_ingest is stages/ingest.py
+        self.jobs.start(job, [sys.executable, "-m", module, *self.commands[job], *self.common,
+                              *self.extra.get(job, ()), *extra, "--summary", str(self.dir / f"{job}.json")])
 
     def kill9(self, job: str) -> None:
-        self.jobs.kill9(job)
+        kill9(self.jobs, job)
 
     def wait(self, timeout: float = 420.0) -> None:
-        self.jobs.wait(timeout)
+        wait_all_ok(self.jobs, timeout)
 
     def close(self) -> None:
         self.jobs.close()

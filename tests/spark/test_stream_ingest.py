@@ -8,8 +8,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from spark_jobs import stream_ingest
 from spark_jobs.generate import GeneratorConfig, generate
+from spark_jobs.runtime import ingest as stream_ingest
 from tests.spark.helpers import read
 
 

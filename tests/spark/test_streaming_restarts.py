@@ -24,13 +24,14 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from controlmsg.clusters.jobs import JobGroup
 from controlmsg.core.messages import WatermarkMessage
 from controlmsg.kafka import ControlReader, DataRecord, FileCheckpointStore
 from spark_jobs.common import topic_names
 from spark_jobs.pipeline import _job_args, _write_client_config, build_parser
-from spark_jobs.stream_sink import checkpoint_path
+from spark_jobs.runtime.sink import checkpoint_path
 
-from .jobs import Jobs
+from .jobs import kill9, wait_all_ok
 from .test_pipeline_oracle import assert_matches_oracle
 from .test_streaming_pipeline import generated_source
 from .topic_dump import dump_topic
@@ -54,17 +55,17 @@ class Chain:
         kafka_file = _write_client_config({"bootstrap.servers": servers}, self.run_dir)
         self.commands = {job: _job_args(job, args, kafka_file, self.run_id, self.run_dir)
                          for job in ("stream_ingest", "stream_window", "stream_sink")}
-        self.jobs = Jobs(self.run_dir)
+        self.jobs = JobGroup(self.run_dir)
         self.events_topic, self.windows_topic = topic_names(self.run_id)
 
     def start(self, job: str) -> None:
-        self.jobs.launch(job, self.commands[job])
+        self.jobs.start(job, self.commands[job])
 
     def kill9(self, job: str) -> None:
-        self.jobs.kill9(job)
+        kill9(self.jobs, job)
 
     def wait(self, timeout: float = 400.0) -> None:
-        self.jobs.wait(timeout)
+        wait_all_ok(self.jobs, timeout)
 
     def close(self) -> None:
         self.jobs.close()

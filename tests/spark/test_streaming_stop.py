@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from pyspark.sql import SparkSession
 
+from controlmsg.clusters.jobs import Job
 from controlmsg.clusters.processes import descendants, pid_alive
 from controlmsg.kafka.admin import create_topic, partition_count
 from controlmsg.streaming.window import state_key, state_topic_config
@@ -95,20 +95,20 @@ def test_sigterm_to_the_pipeline_then_restart(spark: SparkSession, kafka_config:
     command = pipeline_command(source, bootstrap_servers, output, run_id, run_dir, "--until-source-end",
                                "--max-rate", "100")
     events_topic, windows_topic = topic_names(run_id)
-    with (tmp_path / "first.err").open("wb") as err:
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-        try:
-            wait_for_records(kafka_config, windows_topic, run_id, 20)  # window results flow, before the end
-            jobs = descendants(proc.pid)
-            assert proc.poll() is None and len(jobs) >= 5  # three jobs, two JVMs (and their Python workers)
-            signalled = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(JOB_STOP_GRACE_S + 30)
-            stop_s = time.monotonic() - signalled
-            left = wait_gone(jobs, 10)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+    proc = Job("pipeline", command, tmp_path / "first.err")  # its own session, as from a terminal
+    proc.start()
+    try:
+        wait_for_records(kafka_config, windows_topic, run_id, 20)  # window results flow, before the end
+        assert proc.pid is not None
+        jobs = descendants(proc.pid)
+        assert proc.poll() is None and len(jobs) >= 5  # three jobs, two JVMs (and their Python workers)
+        signalled = time.monotonic()
+        proc.signal(signal.SIGTERM)
+        code = proc.wait(JOB_STOP_GRACE_S + 30)
+        stop_s = time.monotonic() - signalled
+        left = wait_gone(jobs, 10)
+    finally:
+        proc.close()
     stderr = (tmp_path / "first.err").read_text(errors="replace")
     print(f"pipeline stopped {stop_s:.1f} s after SIGTERM")
     assert code == 143, stderr[-3000:]
@@ -153,18 +153,18 @@ def test_a_window_job_failing_at_start_stops_the_others(kafka_config: dict[str, 
     # unbounded: the ingest and the sink would run forever on their own
     command = pipeline_command(source, bootstrap_servers, output, run_id, run_dir)
     seen: set[int] = set()
-    with (tmp_path / "pipeline.err").open("wb") as err:
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-        try:
-            deadline = time.monotonic() + 300
-            while proc.poll() is None and time.monotonic() < deadline:
-                seen.update(descendants(proc.pid))
-                time.sleep(0.5)
-            code = proc.poll()
-            left = wait_gone(seen, 10)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+    proc = Job("pipeline", command, tmp_path / "pipeline.err")
+    proc.start()
+    try:
+        assert proc.pid is not None
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            seen.update(descendants(proc.pid))
+            time.sleep(0.5)
+        code = proc.poll()
+        left = wait_gone(seen, 10)
+    finally:
+        proc.close()
     stderr = (tmp_path / "pipeline.err").read_text(errors="replace")
     assert code == 1, stderr[-3000:]
     assert "job stream_window failed (exit 1)" in stderr and f"{run_dir / 'stream_window'}.log" in stderr, stderr
@@ -189,10 +189,10 @@ def test_sigterm_to_one_job_then_restart(job: str, spark: SparkSession, kafka_co
             wait_for_records(kafka_config, chain.events_topic, chain.run_id, 1500)
         else:
             wait_for_records(kafka_config, chain.windows_topic, chain.run_id, 40)
-        proc = chain.jobs.procs[job]
+        proc = chain.jobs[job]
         assert proc.poll() is None, f"{job} ended before the signal: the test lost its timing"
         signalled = time.monotonic()
-        proc.send_signal(signal.SIGTERM)  # its own process only, as the pipeline does
+        proc.signal(signal.SIGTERM)  # its own process only, as the pipeline does
         code = proc.wait(JOB_STOP_GRACE_S + 10)
         stop_s = time.monotonic() - signalled
         print(f"{job} stopped {stop_s:.1f} s after SIGTERM")

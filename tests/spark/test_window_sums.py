@@ -16,9 +16,9 @@ import orjson
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from spark_jobs import sink
+from spark_jobs.batch import sink
+from spark_jobs.batch.window_aggregate import aggregate_windows
 from spark_jobs.events import json_columns, typed_columns
-from spark_jobs.window_aggregate import aggregate_windows
 
 HOUR = 3_600_000
 

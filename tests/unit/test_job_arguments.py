@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs import ingest, sink, window_aggregate
+from spark_jobs.batch import ingest, sink, window_aggregate
 from spark_jobs.checks import typed_sums
 from spark_jobs.common import failure_lines
 
@@ -27,28 +27,28 @@ def test_ingest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source.write_text("user,event_time,amount\nu1,1,2\n")
     base = ["--key", "user", "--event-time", "event_time", "--topic", "t"]
     assert errors(capsys, ingest.main, "--input", str(tmp_path / "nope.csv"), *base) == [
-        f"python -m spark_jobs.ingest: error: --input {tmp_path / 'nope.csv'}: no such file or directory"]
+        f"python -m spark_jobs.batch.ingest: error: --input {tmp_path / 'nope.csv'}: no such file or directory"]
     assert errors(capsys, ingest.main, "--input", str(source), *base, "--carry", "amout", "--tasks", "0",
                   "--timeout", "0", "--rejects", str(tmp_path)) == [
-        "python -m spark_jobs.ingest: error: --timeout 0: must be above 0",
-        f"python -m spark_jobs.ingest: error: --carry amout: no such column in {source} (columns: user, "
+        "python -m spark_jobs.batch.ingest: error: --timeout 0: must be above 0",
+        f"python -m spark_jobs.batch.ingest: error: --carry amout: no such column in {source} (columns: user, "
         "event_time, amount)",
-        "python -m spark_jobs.ingest: error: --tasks 0: must be above 0",
-        f"python -m spark_jobs.ingest: error: --rejects {tmp_path}: unknown file type; use .csv, .json, .jsonl, "
+        "python -m spark_jobs.batch.ingest: error: --tasks 0: must be above 0",
+        f"python -m spark_jobs.batch.ingest: error: --rejects {tmp_path}: unknown file type; use .csv, .json, .jsonl, "
         ".ndjson, .parquet",
-        f"python -m spark_jobs.ingest: error: --rejects {tmp_path}: is a directory; name the output file",
+        f"python -m spark_jobs.batch.ingest: error: --rejects {tmp_path}: is a directory; name the output file",
     ]
     source.write_text("")
     assert errors(capsys, ingest.main, "--input", str(source), *base) == [
-        f"python -m spark_jobs.ingest: error: --input {source}: the file is empty"]
+        f"python -m spark_jobs.batch.ingest: error: --input {source}: the file is empty"]
 
 
 def test_window_aggregate(capsys: pytest.CaptureFixture[str]) -> None:
     assert errors(capsys, window_aggregate.main, "--input-topic", "a", "--output-topic", "b", "--window", "0m",
                   "--partitions", "-1", "--spark-conf", "spark.x") == [
-        "python -m spark_jobs.window_aggregate: error: --spark-conf spark.x: expected KEY=VALUE",
-        "python -m spark_jobs.window_aggregate: error: --window: a duration must be above zero, got '0m'",
-        "python -m spark_jobs.window_aggregate: error: --partitions -1: must be above 0",
+        "python -m spark_jobs.batch.window_aggregate: error: --spark-conf spark.x: expected KEY=VALUE",
+        "python -m spark_jobs.batch.window_aggregate: error: --window: a duration must be above zero, got '0m'",
+        "python -m spark_jobs.batch.window_aggregate: error: --partitions -1: must be above 0",
     ]
 
 
@@ -60,15 +60,15 @@ def test_a_summed_column_is_declared_long_or_double(tmp_path: Path, capsys: pyte
     wrong = ("a summed column is declared long or double (what SUM gives for integral and fractional input), "
              "not float")
     assert errors(capsys, window_aggregate.main, "--input-topic", "a", "--output-topic", "b", "--window", "1h",
-                  "--sum", "x:float") == [f"python -m spark_jobs.window_aggregate: error: --sum x:float: {wrong}"]
+                  "--sum", "x:float") == [f"python -m spark_jobs.batch.window_aggregate: error: --sum x:float: {wrong}"]
     assert errors(capsys, sink.main, "--input-topic", "a", "--output", str(tmp_path / "out.csv"),
                   "--sum", "x:long", "--sum", "x:double") == [
-        "python -m spark_jobs.sink: error: --sum x:double: column 'x' is given twice"]
+        "python -m spark_jobs.batch.sink: error: --sum x:double: column 'x' is given twice"]
     source = tmp_path / "in.csv"
     source.write_text("user,event_time,amount\nu1,1,2\n")
     assert errors(capsys, ingest.main, "--input", str(source), "--key", "user", "--event-time", "event_time",
                   "--topic", "t", "--carry", "amount:int") == [
-        f"python -m spark_jobs.ingest: error: --carry amount:int: {wrong.replace('float', 'int')}"]
+        f"python -m spark_jobs.batch.ingest: error: --carry amount:int: {wrong.replace('float', 'int')}"]
     assert ingest.check_arguments(ingest.build_parser().parse_args(
         ["--input", str(source), "--key", "user", "--event-time", "event_time", "--topic", "t",
          "--carry", "amount:double", *KAFKA])) == []
@@ -76,11 +76,11 @@ def test_a_summed_column_is_declared_long_or_double(tmp_path: Path, capsys: pyte
 
 def test_sink_and_kafka_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert errors(capsys, sink.main, "--input-topic", "a", "--output", str(tmp_path / "out.txt")) == [
-        f"python -m spark_jobs.sink: error: --output {tmp_path / 'out.txt'}: unknown file type; use .csv, .json, "
+        f"python -m spark_jobs.batch.sink: error: --output {tmp_path / 'out.txt'}: unknown file type; use .csv, .json, "
         ".jsonl, .ndjson, .parquet"]
     (line,) = errors(capsys, sink.main, "--input-topic", "a", "--output", str(tmp_path / "out.csv"),
                      "-X", "no.such.setting=1")
-    assert line.startswith("python -m spark_jobs.sink: error: Kafka client setting 'no.such.setting'")
+    assert line.startswith("python -m spark_jobs.batch.sink: error: Kafka client setting 'no.such.setting'")
 
 
 def test_exit_codes_are_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:

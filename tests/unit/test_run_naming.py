@@ -65,9 +65,9 @@ def test_processes_naming_the_run(tmp_path: Path) -> None:
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
 
-    proc(101, "python", "-m", "spark_jobs.ingest", "--run-id", "r1", "--topic", "t")
+    proc(101, "python", "-m", "spark_jobs.batch.ingest", "--run-id", "r1", "--topic", "t")
     proc(102, "python", "-m", "spark_jobs.pipeline", "--run-id=r1")
-    proc(103, "python", "-m", "spark_jobs.ingest", "--run-id", "r1-2")
+    proc(103, "python", "-m", "spark_jobs.batch.ingest", "--run-id", "r1-2")
     proc(104, "python", "-m", "controlmsg", "consume", "--topic", "r1")
     (tmp_path / "self").mkdir()
     assert [s.split(" (")[0] for s in process_signs("r1", tmp_path)] == ["process 101", "process 102"]

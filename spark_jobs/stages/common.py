@@ -1,5 +1,5 @@
-"""What the three stages of the example chain on Structured Streaming share (``spark_jobs.stage_ingest``,
-``stage_window``, ``stage_sink``): their options, waiting for their queries, and their summaries."""
+"""What the three stages of the example chain on Structured Streaming share (``spark_jobs.stages.ingest``,
+``window``, ``sink``): their options, waiting for their queries, and their summaries."""
 
 from __future__ import annotations
 

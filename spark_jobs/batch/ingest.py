@@ -30,7 +30,7 @@ __all__ = ["build_parser", "check_arguments", "main", "run"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spark_jobs.ingest", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.batch.ingest", description=__doc__.split("\n")[0])
     p.add_argument("--input", required=True, help="CSV, JSON lines or Parquet file (by extension)")
     p.add_argument("--key", required=True, help="the key column")
     p.add_argument("--event-time", required=True, help="the event-time column")

@@ -45,7 +45,7 @@ def aggregate_windows(records: DataFrame, window_ms: int, sums: Sequence[str]) -
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spark_jobs.window_aggregate", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.batch.window_aggregate", description=__doc__.split("\n")[0])
     p.add_argument("--input-topic", required=True)
     p.add_argument("--output-topic", required=True)
     p.add_argument("--window", required=True, help="tumbling window length, e.g. 15m, 1h, 1d")

@@ -1,4 +1,4 @@
-"""``python -m spark_jobs.stream_sink``: window results -> one CSV or JSON-lines file, appended as they
+"""``python -m spark_jobs.runtime.sink``: window results -> one CSV or JSON-lines file, appended as they
 arrive, exactly once across restarts.
 
 The last stage of the streaming pipeline. The batch ``sink`` writes its file once, at end of stream; in
@@ -180,7 +180,7 @@ def _save(file: Any, store: FileCheckpointStore, reader: ControlReader, run_id: 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spark_jobs.stream_sink", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.runtime.sink", description=__doc__.split("\n")[0])
     p.add_argument("--input-topic", required=True)
     p.add_argument("--output", required=True, help="a .csv or .jsonl file, appended as windows close")
     p.add_argument("--sum", action="append", default=[], help="a summed column, for the column order")

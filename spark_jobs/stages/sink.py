@@ -1,4 +1,4 @@
-"""``python -m spark_jobs.stage_sink``: the window results' topic -> a Parquet directory, exactly once, as an
+"""``python -m spark_jobs.stages.sink``: the window results' topic -> a Parquet directory, exactly once, as an
 ordinary Structured Streaming query.
 
 The last stage of the example streaming chain on the public API (:func:`sink_query` is all of it):
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.checks import sum_problems
 from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
-from spark_jobs.stage_common import add_stage_options, run_queries, stage_summary, sum_fields
+from spark_jobs.stages.common import add_stage_options, run_queries, stage_summary, sum_fields
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -26,7 +26,7 @@ __all__ = ["build_parser", "main", "run", "sink_query"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spark_jobs.stage_sink", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.stages.sink", description=__doc__.split("\n")[0])
     p.add_argument("--input-topic", required=True, help="the window results")
     p.add_argument("--output", required=True, help="a Parquet directory")
     p.add_argument("--sum", action="append", default=[], metavar="COL[:TYPE]",

@@ -1,4 +1,4 @@
-"""``python -m spark_jobs.stream_ingest``: an unbounded raw source topic -> an intermediate topic.
+"""``python -m spark_jobs.runtime.ingest``: an unbounded raw source topic -> an intermediate topic.
 
 Its own Spark application: ``--tasks K`` long-running Spark tasks, each owning some partitions of the raw
 source topic (JSON objects with the fields a file input has) and each one upstream task of the
@@ -26,7 +26,7 @@ __all__ = ["build_parser", "check_arguments", "main", "run"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spark_jobs.stream_ingest", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.runtime.ingest", description=__doc__.split("\n")[0])
     p.add_argument("--source-topic", required=True, help="raw events, one JSON object per record")
     p.add_argument("--topic", required=True, help="the intermediate topic to write")
     p.add_argument("--key", required=True)

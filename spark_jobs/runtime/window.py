@@ -1,4 +1,4 @@
-"""``python -m spark_jobs.stream_window``: intermediate topic -> tumbling windows emitted as soon as the
+"""``python -m spark_jobs.runtime.window``: intermediate topic -> tumbling windows emitted as soon as the
 reconciled watermark passes their end -> the next intermediate topic.
 
 Its own Spark application: one window task per partition of the input topic, each one upstream task of
@@ -31,7 +31,7 @@ __all__ = ["build_parser", "check_arguments", "main", "run"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spark_jobs.stream_window", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.runtime.window", description=__doc__.split("\n")[0])
     p.add_argument("--input-topic", required=True)
     p.add_argument("--output-topic", required=True)
     p.add_argument("--window", required=True, help="tumbling window length, e.g. 15m")

@@ -24,7 +24,7 @@ __all__ = ["build_parser", "check_arguments", "main", "read_results", "run"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spark_jobs.sink", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.batch.sink", description=__doc__.split("\n")[0])
     p.add_argument("--input-topic", required=True)
     p.add_argument("--output", required=True, help="CSV, JSON lines or Parquet file (by extension)")
     p.add_argument("--sum", action="append", default=[], metavar="COL[:TYPE]",

@@ -1,4 +1,4 @@
-"""``python -m spark_jobs.stage_ingest``: a plain source topic -> an intermediate topic, as one ordinary
+"""``python -m spark_jobs.stages.ingest``: a plain source topic -> an intermediate topic, as one ordinary
 Structured Streaming query.
 
 The first stage of the example streaming chain on the public API (:func:`ingest_query` is all of it):
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.checks import duration_problems, positive_problems
 from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
-from spark_jobs.stage_common import add_stage_options, run_queries, stage_progress, stage_summary, sum_fields
+from spark_jobs.stages.common import add_stage_options, run_queries, stage_progress, stage_summary, sum_fields
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -36,7 +36,7 @@ __all__ = ["build_parser", "ingest_query", "main", "run"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spark_jobs.stage_ingest", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.stages.ingest", description=__doc__.split("\n")[0])
     p.add_argument("--source-topic", required=True, help="raw events, one JSON object per record")
     p.add_argument("--topic", required=True, help="the intermediate topic to write")
     p.add_argument("--key", required=True)

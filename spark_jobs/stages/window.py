@@ -1,4 +1,4 @@
-"""``python -m spark_jobs.stage_window``: an intermediate topic -> tumbling windows per key -> the next topic,
+"""``python -m spark_jobs.stages.window``: an intermediate topic -> tumbling windows per key -> the next topic,
 as ordinary Structured Streaming queries.
 
 The middle stage of the example streaming chain on the public API (:func:`window_queries` is all of it):
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.checks import duration_problems, positive_problems, sum_problems
 from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
-from spark_jobs.stage_common import add_stage_options, run_queries, stage_progress, stage_summary, sum_fields
+from spark_jobs.stages.common import add_stage_options, run_queries, stage_progress, stage_summary, sum_fields
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,7 +36,7 @@ __all__ = ["build_parser", "main", "run", "window_queries"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spark_jobs.stage_window", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.stages.window", description=__doc__.split("\n")[0])
     p.add_argument("--input-topic", required=True)
     p.add_argument("--output-topic", required=True)
     p.add_argument("--window", required=True, help="tumbling window size (1m, 1h, ...)")
