@@ -16,6 +16,7 @@ of these tests, never a skip (``.ci/run`` starts an engine first).
 from __future__ import annotations
 
 import csv
+import re
 import subprocess
 import sys
 import time
@@ -78,6 +79,21 @@ def test_images_are_the_built_ones_and_match_the_clients() -> None:
     pinned = (ROOT / "docker" / "spark" / "requirements.txt").read_text().splitlines()
     assert f"pyspark=={pyspark.__version__}" in pinned
     assert images.SPARK_IMAGE.endswith(f":{pyspark.__version__}")
+
+
+def test_the_spark_image_pins_every_dependency_of_the_project() -> None:
+    """The image installs the project with --no-deps: each of its dependencies (and the spark extra's) must be
+    pinned in requirements.txt, or the image's Python cannot import it (a dependency added to pyproject.toml
+    alone broke the image's build once)."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["spark"]]
+    names = {re.split(r"[<>=!~\[ ;]", spec, maxsplit=1)[0].lower() for spec in wanted}
+    pinned = {line.split("==")[0].lower() for line in
+              (ROOT / "docker" / "spark" / "requirements.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")}
+    assert names <= pinned, f"not pinned in docker/spark/requirements.txt: {sorted(names - pinned)}"
 
 
 # What differs from node to node, or between Docker and a local process, is not compared.
@@ -292,7 +308,8 @@ def test_streaming_stages_on_the_compose_cluster_end_by_themselves(cluster: Clus
     started = time.monotonic()
     running = {
         job: subprocess.Popen(
-            cluster.exec_command("spark-master", "python3", "-m", f"spark_jobs.{job}", *args, *common,
+            cluster.exec_command("spark-master", "python3", "-m", f"spark_jobs.stages.{job.removeprefix('stage_')}",
+                                 *args, *common,
                                  "--checkpoint", f"/data/ckpt-{job}", "--summary", f"/data/{job}.json"),
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for job, args in stages.items()  # downstream first: each waits for its upstream
