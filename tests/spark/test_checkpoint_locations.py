@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,18 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from controlmsg.kafka import ControlWriter
 from controlmsg.kafka.admin import partition_count
-from controlmsg.spark import WATERMARK_COLUMNS, await_stage, end_stream, run_status, with_watermark
+from controlmsg.spark import WATERMARK_COLUMNS, await_stage, end_stream, run_status
 from tests.spark.helpers import BASE_TS, options
-from tests.spark.test_event_time import OUT_SCHEMA, T0, TASKS, Upstream, hourly, upstream, wait_for
+from tests.spark.test_event_time import (
+    OUT_SCHEMA,
+    T0,
+    TASKS,
+    Upstream,
+    start_two_hops,
+    three_hour_sums,
+    upstream,
+    wait_for,
+)
 from tests.spark.topic_dump import count_by, dump_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -173,18 +181,7 @@ def test_two_stages_on_hadoop_checkpoints_carry_the_watermark_and_the_end_of_str
     for task in TASKS:
         up.records(task, range(TASKS.index(task), 150, 5))
         up.watermark(task, 150)
-    hop1 = (hourly(spark, topic, bootstrap_servers)
-            .select(F.col("window.start").alias("start"), F.col("window.end").alias("end"), "user", "n", "total")
-            .writeStream.format("controlmsg").options(**opts).option("key", "user").option("eventTime", "end")
-            .option("checkpointLocation", f"{viewfs}/hop1").trigger(availableNow=True).start())
-    results = (spark.readStream.format("controlmsg")
-               .options(**options(middle, bootstrap_servers, run="h1", timeout="300"))
-               .schema(f"start timestamp, end timestamp, user string, n long, total long, {WATERMARK_COLUMNS}").load())
-    out = tmp_path / "out"
-    hop2 = (with_watermark(results, "end").groupBy(F.window("end", "3 hours"), "user")
-            .agg(F.sum("n").alias("n"), F.sum("total").alias("total"))
-            .writeStream.outputMode("append").format("parquet").option("path", str(out))
-            .option("checkpointLocation", str(tmp_path / "ck2")).trigger(availableNow=True).start())
+    hop1, hop2, out = start_two_hops(spark, bootstrap_servers, topic, middle, opts, f"{viewfs}/hop1", tmp_path)
     ended: list[bool] = []
     follower = threading.Thread(target=lambda: ended.append(await_stage(hop1, opts, timeout=240)))
     follower.start()
@@ -206,9 +203,5 @@ def test_two_stages_on_hadoop_checkpoints_carry_the_watermark_and_the_end_of_str
     marks = [r.value.timestamp for r in wire if r.kind == "watermark" and r.partition == 0]
     assert marks and marks == sorted(marks) and marks[-1] >= int(T0.timestamp() * 1000) + 150 * 60_000, marks
     assert count_by(wire, "eos") == {(p, "spark-h1-driver"): 1 for p in range(3)}
-    want: Counter[tuple[datetime, str]] = Counter()
-    for (start, user), n in up.expected().items():
-        end = start + timedelta(hours=1)
-        want[(end.replace(hour=end.hour - end.hour % 3), user)] += n
     got = {(r["window"]["start"], r["user"]): r["n"] for r in spark.read.schema(OUT_SCHEMA).parquet(str(out)).collect()}
-    assert got == dict(want)
+    assert got == three_hour_sums(up)

@@ -331,19 +331,9 @@ def test_two_stages_carry_the_reconciled_watermark_and_the_end_of_stream_onward(
     for task in TASKS:
         up.records(task, range(TASKS.index(task), 150, 5))
         up.watermark(task, 150)
-    hop1 = (hourly(spark, topic, bootstrap_servers)
-            .select(F.col("window.start").alias("start"), F.col("window.end").alias("end"), "user", "n", "total")
-            .writeStream.format("controlmsg").options(**options(middle, bootstrap_servers, run="h1", timeout="300"))
-            .option("key", "user").option("eventTime", "end").option("checkpointLocation", str(tmp_path / "ck1"))
-            .trigger(availableNow=True).start())
-    results = (spark.readStream.format("controlmsg")
-               .options(**options(middle, bootstrap_servers, run="h1", timeout="300"))
-               .schema(f"start timestamp, end timestamp, user string, n long, total long, {WATERMARK_COLUMNS}").load())
-    out = tmp_path / "out"
-    hop2 = (with_watermark(results, "end").groupBy(F.window("end", "3 hours"), "user")
-            .agg(F.sum("n").alias("n"), F.sum("total").alias("total"))
-            .writeStream.outputMode("append").format("parquet").option("path", str(out))
-            .option("checkpointLocation", str(tmp_path / "ck2")).trigger(availableNow=True).start())
+    hop1, hop2, out = start_two_hops(spark, bootstrap_servers, topic, middle,
+                                     options(middle, bootstrap_servers, run="h1", timeout="300"),
+                                     str(tmp_path / "ck1"), tmp_path)
     try:
         # Hop 2's watermark is hop 1's input's reconciled watermark (02:30), not hop 1's latest window end.
         wait_for(lambda: any(p["eventTime"].get("watermark") == "2026-01-01T02:30:00.000Z"
@@ -358,13 +348,38 @@ def test_two_stages_carry_the_reconciled_watermark_and_the_end_of_stream_onward(
     finally:
         for q in (hop1, hop2):
             q.stop()
+    got = {(r["window"]["start"], r["user"]): r["n"] for r in spark.read.schema(OUT_SCHEMA).parquet(str(out)).collect()}
+    assert got == three_hour_sums(up)
+    assert all(op["numRowsDroppedByWatermark"] == 0 for p in hop2.recentProgress for op in p["stateOperators"])
+
+
+def start_two_hops(spark: SparkSession, servers: str, topic: str, middle: str, hop1_options: dict[str, str],
+                   hop1_checkpoint: str, tmp_path: Path) -> tuple[StreamingQuery, StreamingQuery, Path]:
+    """Hop 1: hourly windows of ``topic``, written on ``middle`` (run ``h1``; event time: the window's end) with
+    ``hop1_options``. Hop 2: three-hour sums of hop 1's results on hop 1's watermark, to Parquet. Returns both
+    queries and hop 2's output directory."""
+    hop1 = (hourly(spark, topic, servers)
+            .select(F.col("window.start").alias("start"), F.col("window.end").alias("end"), "user", "n", "total")
+            .writeStream.format("controlmsg").options(**hop1_options).option("key", "user")
+            .option("eventTime", "end").option("checkpointLocation", hop1_checkpoint)
+            .trigger(availableNow=True).start())
+    results = (spark.readStream.format("controlmsg").options(**options(middle, servers, run="h1", timeout="300"))
+               .schema(f"start timestamp, end timestamp, user string, n long, total long, {WATERMARK_COLUMNS}").load())
+    out = tmp_path / "out"
+    hop2 = (with_watermark(results, "end").groupBy(F.window("end", "3 hours"), "user")
+            .agg(F.sum("n").alias("n"), F.sum("total").alias("total"))
+            .writeStream.outputMode("append").format("parquet").option("path", str(out))
+            .option("checkpointLocation", str(tmp_path / "ck2")).trigger(availableNow=True).start())
+    return hop1, hop2, out
+
+
+def three_hour_sums(up: Upstream) -> dict[tuple[datetime, str], int]:
+    """Hop 2's expected output: the records that are not late, per three-hour window of their hour's end."""
     want: Counter[tuple[datetime, str]] = Counter()
     for (start, user), n in up.expected().items():
         end = start + timedelta(hours=1)
         want[(end.replace(hour=end.hour - end.hour % 3), user)] += n
-    got = {(r["window"]["start"], r["user"]): r["n"] for r in spark.read.schema(OUT_SCHEMA).parquet(str(out)).collect()}
-    assert got == dict(want)
-    assert all(op["numRowsDroppedByWatermark"] == 0 for p in hop2.recentProgress for op in p["stateOperators"])
+    return dict(want)
 
 
 @pytest.mark.parametrize(("make", "step"), [
