@@ -231,6 +231,22 @@ def _on_signal(signum: int, frame: FrameType | None) -> NoReturn:
     raise _Interrupted(signal.Signals(signum).name)
 
 
+_ENDING_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
+"""What ends a ``consume`` or an ``inspect --watch``. SIGINT too is handled explicitly: a command started in
+the background by a non-interactive shell inherits SIGINT ignored, and Python then raises no
+KeyboardInterrupt, so ``kill -INT`` would not end it."""
+
+
+def _handle_ending_signals() -> list[Any]:
+    """Install :func:`_on_signal` for :data:`_ENDING_SIGNALS`; returns the previous handlers, in order."""
+    return [signal.signal(signum, _on_signal) for signum in _ENDING_SIGNALS]
+
+
+def _restore_signals(previous: list[Any]) -> None:
+    for signum, handler in zip(_ENDING_SIGNALS, previous, strict=True):
+        signal.signal(signum, handler)
+
+
 def _consume_refusal(args: argparse.Namespace) -> str | None:
     """The one-line reason a combination of ``consume`` options is refused, or ``None``."""
     if args.offset is not None and args.checkpoint and Path(args.checkpoint).exists():
@@ -277,7 +293,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
         stop_at_end=args.until_eos, topic_timeout=topic_timeout, partitions=partitions, start_offsets=start_offsets,
     )
     out = sys.stdout.buffer
-    previous = signal.signal(signal.SIGTERM, _on_signal)
+    previous = _handle_ending_signals()
     code = EXIT_OK
     printed = 0
     owned_set = set(reader.positions)
@@ -318,7 +334,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, _Interrupted):
         code = EXIT_INTERRUPTED
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        _restore_signals(previous)
         try:
             reader.save_checkpoint()
         finally:
@@ -358,7 +374,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     if args.watch <= 0:
         print(f"error: --watch {args.watch:g}: give a number of seconds above 0", file=sys.stderr)
         return EXIT_ERROR
-    previous = signal.signal(signal.SIGTERM, _on_signal)
+    previous = _handle_ending_signals()
     clear = sys.stdout.isatty()
     try:
         while True:
@@ -372,7 +388,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, _Interrupted):
         return EXIT_OK  # the one way a watch ends
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        _restore_signals(previous)
 
 
 def _inspect_once(conf: dict[str, Any], args: argparse.Namespace) -> int:

@@ -144,9 +144,12 @@ def test_refused_combinations_in_one_line(kafka_config: dict[str, Any], bootstra
 def test_inspect_watch_redraws_until_interrupted(kafka_config: dict[str, Any], bootstrap_servers: str,
                                                  new_topic: Callable[..., str]) -> None:
     topic = new_topic(1)
+    # Started with SIGINT ignored, as a non-interactive shell starts a command in the background (and CI its
+    # jobs): `kill -INT` must end the watch all the same.
     proc = subprocess.Popen([sys.executable, "-m", "controlmsg", "inspect", "--bootstrap-servers", bootstrap_servers,
                              "--topic", topic, "--watch", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert proc.stdout is not None
     seen: list[str] = []
     try:
