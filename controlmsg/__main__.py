@@ -1,7 +1,5 @@
 """``python -m controlmsg`` is the ``controlmsg`` command."""
 
-import sys
+from controlmsg.cli import run
 
-from controlmsg.cli import main
-
-sys.exit(main())
+run()

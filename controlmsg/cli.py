@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import importlib
+import logging
+import os
 import signal
 import sys
 import time
@@ -729,5 +732,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def run() -> NoReturn:
+    """The ``controlmsg`` command as a process: :func:`main`, then the exit with its code once the output is
+    flushed, without the interpreter's teardown. A librdkafka client that a refused connection left to the
+    garbage collector can crash that teardown (seen: SIGSEGV after the refusal's line was printed, in one of
+    several runs), which would turn exit code 1 into -11; nothing is left to do by then."""
+    code = main()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
