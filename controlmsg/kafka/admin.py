@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -20,8 +20,8 @@ from controlmsg.kafka.retry import retrying
 from controlmsg.kafka.settings import for_client
 
 __all__ = [
-    "TopicSettings", "add_topic_options", "cluster_metadata", "create_topic", "end_offsets", "partition_count",
-    "topic_settings_from_args",
+    "LatestOffsets", "TopicSettings", "add_topic_options", "cluster_metadata", "create_topic", "end_offsets",
+    "partition_count", "topic_settings_from_args",
     "wait_for_topic", "watermark_offsets",
 ]
 
@@ -307,6 +307,35 @@ def offset_spans(config: Mapping[str, Any], topic: str, partitions: int, timeout
         return _AdminSession(config).retrying(ask, timeout=timeout)
     except KafkaException as exc:
         raise TopicError(f"cannot list the offsets of topic {topic!r}: {exc.args[0]}") from exc
+
+
+class LatestOffsets:
+    """The end offsets (last stable offsets: read committed) of a topic's partitions, asked again at each
+    call with one ListOffsets request per broker, not one per partition; the admin client is kept between
+    calls (a stream reader asks at every trigger). Raises :class:`TopicError`."""
+
+    def __init__(self, config: Mapping[str, Any], topic: str) -> None:
+        self.topic = topic
+        self._session = _AdminSession(config)
+
+    def __call__(self, partitions: Iterable[int], timeout: float = 10.0) -> dict[int, int]:
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+        tps = [TopicPartition(self.topic, p) for p in partitions]
+        if not tps:
+            return {}
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+
+        def ask(client: AdminClient) -> dict[int, int]:
+            futures = client.list_offsets({tp: latest for tp in tps}, request_timeout=timeout,
+                                          isolation_level=IsolationLevel.READ_COMMITTED)
+            return {tp.partition: int(_result(client, f, timeout).offset) for tp, f in futures.items()}
+
+        try:
+            return self._session.retrying(ask, timeout=timeout)
+        except KafkaException as exc:
+            raise TopicError(f"cannot list the end offsets of topic {self.topic!r}: {exc.args[0]}") from exc
 
 
 def end_offsets(config: Mapping[str, Any], topic: str, timeout: float = 10.0) -> dict[int, int]:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from controlmsg.spark.event_time import WATERMARK_COLUMNS, late_records, observed_counts, with_watermark
     from controlmsg.spark.reading import EndOfStreamTimeout
     from controlmsg.spark.session import register, spark_session
+    from controlmsg.spark.source_progress import source_metrics
     from controlmsg.spark.stage import StageFollower, StageNotEnded, await_stage
     from controlmsg.spark.writing import end_stream, run_status
 
@@ -43,6 +44,7 @@ __all__ = [
     "observed_counts",
     "register",
     "run_status",
+    "source_metrics",
     "spark_session",
     "with_watermark",
 ]
@@ -57,6 +59,7 @@ _WHERE = {
     "EndOfStreamTimeout": "controlmsg.spark.reading",
     "register": "controlmsg.spark.session",
     "spark_session": "controlmsg.spark.session",
+    "source_metrics": "controlmsg.spark.source_progress",
     "StageFollower": "controlmsg.spark.stage",
     "StageNotEnded": "controlmsg.spark.stage",
     "await_stage": "controlmsg.spark.stage",

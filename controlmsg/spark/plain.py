@@ -41,13 +41,14 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from controlmsg.errors import ControlMsgError
-from controlmsg.kafka.admin import wait_for_topic, watermark_offsets
+from controlmsg.kafka.admin import LatestOffsets, wait_for_topic, watermark_offsets
 from controlmsg.kafka.reader import DataColumns
 from controlmsg.spark.bad_records import check_dead_letters
 from controlmsg.spark.batches import WATERMARK_FIELDS, Mark, batch_builder
 from controlmsg.spark.consuming import consumer_conf, read_ranges
 from controlmsg.spark.options import ReadOptions
 from controlmsg.spark.planning import PlainRanges, stream_groups
+from controlmsg.spark.source_progress import REPORT_TIMEOUT_S, lag_report
 
 __all__ = ["PlainBatchReader", "PlainStreamReader", "is_plain_offset"]
 
@@ -123,6 +124,8 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self._consumer: Consumer | None = None
         self._target: dict[int, int] | None = None  # availableNow: the end of the input
+        self._planned: dict[str, Any] | None = None  # what latestOffset returned last: reportLatestOffset's start
+        self._latest: LatestOffsets | None = None
 
     def initialOffset(self) -> dict[str, Any]:
         spans = _ends(self.opts, self._open(), self._topic_partitions())
@@ -153,11 +156,23 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                  and all(end[p] >= self._target.get(p, 0) for p in parts))
         offset = _offset(end, ended=ended)
         if offset["offsets"] == start["offsets"] and not (ended and not start.get("ended")):
+            self._planned = start
             return start  # nothing new (under availableNow: the query ends)
         # The tasks are planned now and logged with the offset: a micro-batch replayed after a restart with
         # other options (maxTasks...) runs the same tasks, whose ids the writer's exactly-once relies on.
         offset["groups"] = stream_groups(begin, end, self.opts)
+        self._planned = offset
         return offset
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The partitions' end offsets now and the lag behind them of the micro-batch just planned, for
+        the progress's ``latestOffset`` (:mod:`controlmsg.spark.source_progress`)."""
+        if self._planned is None:
+            return None
+        if self._latest is None:
+            self._latest = LatestOffsets(dict(self.opts.config), self.opts.topic)
+        ask = self._latest
+        return lag_report(self.opts.topic, lambda parts: ask(parts, REPORT_TIMEOUT_S), _positions(self._planned))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         groups = end.get("groups")

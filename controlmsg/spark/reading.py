@@ -46,7 +46,7 @@ from controlmsg.core.bookkeeping import InputTracker, PartitionStatus
 from controlmsg.core.codec import decode
 from controlmsg.core.progress import expected_task_names, waiting_for
 from controlmsg.errors import ControlMsgError, Location, ProtocolError, ReadError
-from controlmsg.kafka.admin import offset_spans, wait_for_topic, watermark_offsets
+from controlmsg.kafka.admin import LatestOffsets, offset_spans, wait_for_topic, watermark_offsets
 from controlmsg.kafka.reader import ControlReader, DataColumns, same_run
 from controlmsg.kafka.refusals import check_client, mark_reached
 from controlmsg.kafka.retry import ConsumerErrors
@@ -59,6 +59,7 @@ from controlmsg.spark.options import ReadOptions
 from controlmsg.spark.planning import StreamRange, TopicPartitions, stream_groups, task_groups
 from controlmsg.spark.progress import Progress
 from controlmsg.spark.query_log import END_OF_TIME_MS
+from controlmsg.spark.source_progress import REPORT_TIMEOUT_S, lag_report, upstream_metrics
 
 __all__ = [
     "BatchReader",
@@ -200,6 +201,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._consumer_settings: dict[str, Any] = {}
         self._scan: _Scan | None = None  # where the consumer stands, when it is in step with a scan
         self._at_end: set[int] = set()  # partitions the consumer has read to their end (no record since)
+        self._eof: dict[int, int] = {}  # where the consumer found each partition's end, last time it did
+        self._latest: LatestOffsets | None = None
         self._errors = ConsumerErrors()
         self._partitions: list[int] | None = None
 
@@ -272,6 +275,23 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, StreamRange)
         return _read_range(self.opts, self.schema, partition)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """Spark calls this right after :meth:`latestOffset` and shows the answer in the progress's
+        ``latestOffset`` (:mod:`controlmsg.spark.source_progress`): the partitions' end offsets now, the
+        lag of the micro-batch just planned behind them, and the upstream tasks as the bookkeeping sees
+        them at its end. A partition read to its end counts from where the consumer found that end (a
+        transaction's commit marker follows the last record); one whose end of stream was read lags by 0.
+        End offsets that cannot be had are reported as such, without failing the query."""
+        scan = self._scan
+        if scan is None:
+            return None
+        if self._latest is None:
+            self._latest = LatestOffsets(dict(self.opts.config), self.opts.topic)
+        ask = self._latest
+        consumed = {p: max(o, self._eof.get(p, o)) if p in self._at_end else o for p, o in scan.positions.items()}
+        return lag_report(self.opts.topic, lambda parts: ask(parts, REPORT_TIMEOUT_S), consumed,
+                          caught_up=scan.tracker.ended_partitions, metrics=upstream_metrics(scan.tracker))
 
     def commit(self, end: dict[str, Any]) -> None:
         pass  # the position lives in Spark's offset log; Kafka holds nothing of ours
@@ -350,6 +370,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         at_end.add(p)
+                        self._eof[p] = msg.offset()
                         continue
                     if errors.passes(err, p):
                         continue

@@ -3,10 +3,12 @@ started from the pyspark installation (:mod:`controlmsg.clusters.connect`, one f
 broker.
 
 The server runs in a directory of its own, not the checkout, with this venv's Python for its workers: it
-finds ``pyspark_controlmsg`` through the installed package, editable or not. A session that has not
-registered anything writes with ``format("controlmsg")``; a session on which
-``controlmsg.spark.register`` ran (the documented way) reads, reads as a stream to the end of stream,
-writes a stream, and runs a stateful stage on the reconciled watermark (:func:`with_watermark`).
+finds ``pyspark_controlmsg`` through the installed package, editable (as ``make setup`` installs it) or not.
+A session that has not registered anything writes and reads with ``format("controlmsg")``, and reads as a
+stream to the end of stream, its progress carrying the source's lag and upstream
+(:func:`~controlmsg.spark.source_metrics`); a session on which ``controlmsg.spark.register`` ran (the
+documented fallback) reads, writes a stream, and runs a stateful stage on the reconciled watermark
+(:func:`with_watermark`).
 
 pyspark picks Connect or classic functions (``F.col``...) by the process's environment: the module sets
 ``SPARK_CONNECT_MODE_ENABLED`` while it runs and removes it after, and builds its sessions with the
@@ -27,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from controlmsg.clusters.connect import ConnectServer, start_server, stop_server
-from controlmsg.spark import WATERMARK_COLUMNS, observed_counts, register, with_watermark
+from controlmsg.spark import WATERMARK_COLUMNS, observed_counts, register, source_metrics, with_watermark
 from tests.spark.helpers import make_rows, options
 from tests.spark.test_event_time import Upstream, windows
 
@@ -94,25 +96,33 @@ def write_batch(spark: SparkSession, topic: str, servers: str) -> list[tuple[Any
     return rows
 
 
-def test_batch_write_without_register_and_batch_read(
-        connect_server: ConnectServer, remote: SparkSession, bootstrap_servers: str,
+@pytest.fixture
+def unregistered(connect_server: ConnectServer, connect_mode: None) -> Iterator[SparkSession]:
+    """A Connect session on which nothing was registered: ``format("controlmsg")`` is the server's discovery
+    of ``pyspark_controlmsg`` (an editable install here: ``make setup``)."""
+    session = connect_session(connect_server)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def test_batch_write_and_read_without_register(
+        unregistered: SparkSession, remote: SparkSession, bootstrap_servers: str,
         new_topic: Callable[..., str]) -> None:
     topic = new_topic(2)
-    unregistered = connect_session(connect_server)
-    try:
-        rows = write_batch(unregistered, topic, bootstrap_servers)  # found by the server's discovery
-    finally:
-        unregistered.stop()
-    got = remote.read.format("controlmsg").options(**options(topic, bootstrap_servers)).schema(ROWS_SCHEMA).load()
-    assert as_tuples(got) == sorted(rows)
+    rows = write_batch(unregistered, topic, bootstrap_servers)
+    for session in (unregistered, remote):
+        got = session.read.format("controlmsg").options(**options(topic, bootstrap_servers)).schema(ROWS_SCHEMA).load()
+        assert as_tuples(got) == sorted(rows)
 
 
-def test_available_now_read_stream_ends_at_end_of_stream(
-        remote: SparkSession, bootstrap_servers: str, new_topic: Callable[..., str], tmp_path: Path) -> None:
+def test_available_now_read_stream_without_register_ends_at_end_of_stream_and_reports_its_lag(
+        unregistered: SparkSession, bootstrap_servers: str, new_topic: Callable[..., str], tmp_path: Path) -> None:
     topic = new_topic(2)
-    rows = write_batch(remote, topic, bootstrap_servers)
+    rows = write_batch(unregistered, topic, bootstrap_servers)
     out = tmp_path / "out"
-    query = (remote.readStream.format("controlmsg").options(**options(topic, bootstrap_servers))
+    query = (unregistered.readStream.format("controlmsg").options(**options(topic, bootstrap_servers))
              .schema(f"{ROWS_SCHEMA}, _watermark timestamp").load()
              .writeStream.format("parquet").option("path", str(out))
              .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
@@ -120,9 +130,12 @@ def test_available_now_read_stream_ends_at_end_of_stream(
         query.awaitTermination(WAIT_S)
         assert not query.isActive, "the availableNow query ends by itself at the end of stream"
         assert query.exception() is None
+        last = source_metrics(query.lastProgress or {})[topic]
     finally:
         query.stop()
-    assert as_tuples(remote.read.parquet(str(out))) == sorted(rows)
+    assert as_tuples(unregistered.read.parquet(str(out))) == sorted(rows)
+    assert last["maxOffsetsBehindLatest"] == "0" and last["endOfStream"] == "true"
+    assert last["upstreamTasksEnded"] == last["upstreamTasksExpected"] == "3"
 
 
 def test_write_stream_carries_the_end_of_stream_onward(
