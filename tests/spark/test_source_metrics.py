@@ -46,8 +46,8 @@ def test_each_progress_of_an_intermediate_topic_carries_its_lag_and_its_upstream
         spark: SparkSession, bootstrap_servers: str, kafka_config: dict[str, Any],
         new_topic: Callable[..., str], tmp_path: Path) -> None:
     """Three upstream tasks: fast-0 ends, fast-1 is at minute 180, slow at 120 holds the watermark back.
-    Read 20 records per trigger: the first micro-batches lag behind the latest offsets, the last ones, with
-    everything read (commit markers after the last records included), lag by nothing."""
+    Read 40 of the 60 records per trigger: the first micro-batch lags behind the latest offsets, the last
+    one, with everything read (commit markers after the last records included), lags by nothing."""
     topic = new_topic(2)
     up = Upstream(kafka_config, topic)
     try:
@@ -62,7 +62,7 @@ def test_each_progress_of_an_intermediate_topic_carries_its_lag_and_its_upstream
         for w in up.writers.values():
             w.close()
     query = (spark.readStream.format("controlmsg")
-             .options(**options(topic, bootstrap_servers, timeout="300", maxOffsetsPerTrigger="20")).schema(SCHEMA)
+             .options(**options(topic, bootstrap_servers, timeout="300", maxOffsetsPerTrigger="40")).schema(SCHEMA)
              .load().writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
              .trigger(processingTime="100 milliseconds").start())
     latest = end_offsets(kafka_config, topic, 2)
@@ -79,7 +79,7 @@ def test_each_progress_of_an_intermediate_topic_carries_its_lag_and_its_upstream
     assert all(r["source"] == "controlmsg" and r["topic"] == topic for r in reports)
     assert reports[-1]["offsets"] == latest, "the latest offsets are the partitions' end offsets"
     metrics = [source_metrics(p)[topic] for p in progress]
-    assert int(metrics[0]["maxOffsetsBehindLatest"]) > 0, "20 offsets per trigger: the first ones lag"
+    assert int(metrics[0]["maxOffsetsBehindLatest"]) > 0, "40 of 60 records per trigger: the first one lags"
     assert [int(m["maxOffsetsBehindLatest"]) for m in metrics] == sorted(
         (int(m["maxOffsetsBehindLatest"]) for m in metrics), reverse=True), "the lag shrinks as the query reads"
     last = metrics[-1]
@@ -94,8 +94,8 @@ def test_each_progress_of_a_plain_topic_carries_its_lag(
         spark: SparkSession, bootstrap_servers: str, kafka_config: dict[str, Any], new_topic: Callable[..., str],
         tmp_path: Path) -> None:
     topic = new_topic(3)
-    produce(kafka_config, topic, range(300), partitions=3)
-    query = (spark.readStream.format("controlmsg").options(**plain(topic, bootstrap_servers, maxOffsetsPerTrigger="60"))
+    produce(kafka_config, topic, range(60), partitions=3)
+    query = (spark.readStream.format("controlmsg").options(**plain(topic, bootstrap_servers, maxOffsetsPerTrigger="30"))
              .load().writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
              .trigger(availableNow=True).start())
     try:
@@ -105,8 +105,8 @@ def test_each_progress_of_a_plain_topic_carries_its_lag(
     finally:
         query.stop()
     lags = [int(source_metrics(p)[topic]["maxOffsetsBehindLatest"]) for p in progress]
-    assert lags[0] == 80 and lags[-1] == 0, lags  # 100 per partition, 20 per partition and trigger
-    assert sum(p["numInputRows"] for p in progress) == 300
+    assert lags[0] == 10 and lags[-1] == 0, lags  # 20 per partition, 10 per partition and trigger
+    assert sum(p["numInputRows"] for p in progress) == 60
 
 
 # ------------------------------------------------------------------------------- Spark's Prometheus gauge
