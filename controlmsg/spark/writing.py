@@ -2,7 +2,8 @@
 
 **Tasks write records; the driver is the one upstream task.** Each Spark write task writes its rows,
 keyed by the ``key`` column, in ONE Kafka transaction with a commit marker (see
-:mod:`controlmsg.kafka.markers`) and reports what it wrote; its records carry its name
+:mod:`controlmsg.kafka.markers`; a batch write with the option ``commitRows`` commits as it goes, in several,
+see :mod:`controlmsg.spark.chunks`) and reports what it wrote; its records carry its name
 (:func:`~controlmsg.core.naming.task_name`: ``<job>-<runId>-p<partition id>``) in the ``controlmsg-task``
 header, but it writes no control message. The driver, once every task of the write (or micro-batch) has
 committed, is the **one upstream task of the protocol** (``taskName``
@@ -11,8 +12,8 @@ control message to every partition in one transaction with a marker of its own. 
 messages, whatever the number of write tasks, and readers keep one task per partition. It speaks for the
 tasks: every task's records are committed, so on every partition before the round, when it writes it.
 
-* batch (``df.write``): the end of stream. No intermediate watermarks: every task's records become
-  visible at once when it commits, so no watermark could move a reader before the end of stream.
+* batch (``df.write``): the end of stream. No intermediate watermarks: a reader ends only at the end of
+  stream, whether each task's records became visible at once when it committed or chunk by chunk.
 * stream (``df.writeStream``), after every micro-batch: one watermark. When the query
   has an event-time watermark (``with_watermark``, or Spark's own ``withWatermark``), it is **the stage's
   watermark**: Spark's watermark in force in that micro-batch, read from the query's offset log, so a
