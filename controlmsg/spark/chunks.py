@@ -38,19 +38,18 @@ __all__ = ["Chunks", "digest_of"]
 def digest_of(values: Sequence[bytes], keys: Sequence[bytes | str | None] | None,
               digest: tuple[int, int] = (0, 0)) -> tuple[int, int]:
     """``digest`` carried over ``values`` and ``keys`` (CRC-32 of the concatenated payloads, and of the
-    keys as ``<length>:<bytes>`` with ``-`` for a null key). Split-independent: the digest of a run of
+    keys, each followed by a NUL byte, ``\x01`` for a null key). Split-independent: the digest of a run of
     rows is the same however it is cut into calls."""
     vd, kd = digest
     vd = zlib.crc32(b"".join(values), vd)
     if keys is not None:
-        parts = []
-        for k in keys:
-            if k is None:
-                parts.append(b"-")
-            else:
-                kb = k.encode() if isinstance(k, str) else bytes(k)
-                parts.append(b"%d:%s" % (len(kb), kb))
-        kd = zlib.crc32(b"".join(parts), kd)
+        texts = keys if None not in keys else ["\x01" if k is None else k for k in keys]
+        try:
+            joined = ("\x00".join(texts) + "\x00").encode("utf-8", "surrogatepass")  # type: ignore[arg-type]
+        except TypeError:  # bytes keys: the same bytes, one by one
+            joined = b"".join((k.encode("utf-8", "surrogatepass") if isinstance(k, str) else bytes(k)) + b"\x00"
+                              for k in texts if k is not None)
+        kd = zlib.crc32(joined, kd) if texts else kd
     return vd, kd
 
 
