@@ -45,6 +45,7 @@ def main() -> int:
     parser.add_argument("--window", default="1h")
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--tasks", type=int, default=2)
+    parser.add_argument("--reverse", action="store_true", help="one transaction per task first in odd rounds")
     parser.add_argument("--nice-step", type=int, default=12,
                         help="the pipeline's --nice-step (default 12, the pipeline's; 0 on a machine that other "
                              "work loads, where the downstream jobs would starve at lower priority)")
@@ -72,7 +73,7 @@ def run_size(args: argparse.Namespace, events: int, work: Path, cluster: Cluster
     topics: list[str] = []
     runs: dict[str, str] = {}
     for r in range(args.repeat):
-        order = list(sides) if r % 2 == 0 else list(sides)[::-1]
+        order = list(sides) if (r % 2 == 0) != args.reverse else list(sides)[::-1]
         for side in order:
             run_id = f"hop-{os.getpid()}-{events}-{r}-{side.split()[0]}"
             topics.extend(topic_names(run_id))
