@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -492,9 +493,10 @@ def _write_task(plan: _Plan, batches: Iterator[pa.RecordBatch], *, batch_id: int
             return TaskCommit(index, attempt, int(earlier["rows"]), earlier.get("maxEventTime"), True, query_id,
                               time.monotonic() - started)
         chunked: tuple[Chunks, Callable[[], bool]] | None = None  # option commitRows: controlmsg.spark.chunks
-        if opts.commit_rows is not None and query_id is None:
-            chunks = Chunks(opts.commit_rows, earlier if earlier is not None and earlier.get("partial") else None,
-                            name, opts.topic)
+        resume = earlier if earlier is not None and earlier.get("partial") else None
+        if (opts.commit_rows is not None and query_id is None) or resume is not None:
+            # A partial marker is resumed even when this write has no commitRows (a rerun of the same runId).
+            chunks = Chunks(opts.commit_rows or sys.maxsize, resume, name, opts.topic)
             partial = {"batch": batch_id, "attempt": attempt, "queryId": query_id}
             chunked = chunks, lambda: chunks.commit_if_due(writer, store, partial, opts.timeout)
         with writer:  # an exception inside aborts the transaction
