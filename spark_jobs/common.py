@@ -203,13 +203,15 @@ def run_job(name: str, parser: argparse.ArgumentParser, work: Work, argv: Sequen
     try:
         master = args.master if task_attempts is None else with_task_attempts(args.master, task_attempts)
         spark = spark_session(master, conf=spark_conf(args), app_name=f"controlmsg-{name}-{args.run_id}")
+        spark_up = time.monotonic() - started
         try:
             stopper.install()  # again: PySpark's SparkContext replaced the SIGINT handler with its own
             stopper.raise_if_set()
             summary = work(spark, args, config)
         finally:
             spark.stop()
-        write_summary(args.summary, job=name, seconds=time.monotonic() - started, **summary)
+        write_summary(args.summary, job=name, seconds=time.monotonic() - started, spark_start_seconds=spark_up,
+                      **summary)
     except StopRequested as stop:
         tasks = f"; tasks: {[_brief(s) for s in stop.summaries]}" if stop.summaries else ""
         print(f"{time.strftime('%H:%M:%S')} {name}: {stop} ({time.monotonic() - started:.1f} s after start); "

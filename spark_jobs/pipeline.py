@@ -127,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "between starts of a run; the window job runs a task per partition)")
     add_topic_options(p)
     add_client_options(p, bootstrap_help=STARTS_LOCAL_BROKER_HELP)
+    p.add_argument("--commit-rows", type=int,
+                   help="the bounded pipeline's window job commits about every this many results, so that the sink "
+                        "reads them as they come (default: the window job's, 50000)")
     p.add_argument("--run-id", help="pipeline run id (generated when absent)")
     p.add_argument("--master", default="local[*]", help="Spark master for every job (default local[*])")
     p.add_argument("--timeout", type=float, default=600.0, help="fail if the pipeline has not ended after SECONDS")
@@ -182,6 +185,8 @@ def _job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str,
     elif job == "window_aggregate":
         extra = ["--input-topic", events, "--output-topic", windows, "--window", args.window,
                  "--partitions", str(args.partitions), "--tasks", str(args.tasks), "--data-headers", "false", *sums]
+        if args.commit_rows is not None:
+            extra += ["--commit-rows", str(args.commit_rows)]
     elif job == "stream_window":  # a window task per partition of the events topic: no --tasks
         extra = ["--input-topic", events, "--output-topic", windows, "--window", args.window,
                  "--partitions", str(args.partitions), "--commit-interval", args.watermark_interval, *sums]
@@ -214,7 +219,8 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
         durations.append(("--idle-timeout", args.idle_timeout, False))
     problems = duration_problems(durations)
     problems += positive_problems([("--partitions", args.partitions), ("--tasks", args.tasks),
-                                   ("--timeout", args.timeout), ("--max-rate", args.max_rate)])
+                                   ("--timeout", args.timeout), ("--max-rate", args.max_rate),
+                                   ("--commit-rows", args.commit_rows)])
     problems += topic_problems(args)
     if not 0 <= args.nice_step <= 19:
         problems.append(f"--nice-step must be between 0 and 19 (nice levels), not {args.nice_step}")

@@ -23,7 +23,10 @@ because it is missing; default 4), ``replicationFactor`` (of such a topic; defau
 headers so that readers of a topic holding several runs take only theirs; default true), ``value`` (a
 string or binary column whose bytes are each record's payload as they are, e.g. ``to_json(struct(*))``
 or ``to_avro(...)`` made in the JVM, as ``format("kafka")`` takes its ``value`` column; default: the
-row's columns as one JSON object, made in Python). A stream writer reads its query's offset log under
+row's columns as one JSON object, made in Python), ``commitRows`` (a batch write task commits about every
+this many rows, so that readers get its records as it writes; a retry resumes after what was committed,
+and fails rather than write twice when its input is not the same rows in the same order: see
+:mod:`controlmsg.spark.chunks`; default: one transaction per task). A stream writer reads its query's offset log under
 ``checkpointLocation`` (the option Spark passes to the sink) for the stage's watermark and the end of its
 input (see :mod:`controlmsg.spark.writing`); it must be on the driver's local file system, or the query is
 refused when it starts unless ``stageProgress`` is ``driver`` (the driver program follows the query with
@@ -311,6 +314,9 @@ class WriteOptions:
     data_headers: bool
     value: str | None = None
     checkpoint: str | None = None
+    commit_rows: int | None = None
+    """Option ``commitRows``: a batch write task commits about every this many rows
+    (:mod:`controlmsg.spark.chunks`); ``None``: one transaction per task."""
     stage_progress: str = STAGE_PROGRESS_OFFSET_LOG
     """Where a stream writer learns the stage's watermark and the end of its input:
     :data:`STAGE_PROGRESS_OFFSET_LOG`, :data:`STAGE_PROGRESS_DRIVER` or :data:`STAGE_PROGRESS_EVENT_TIME`
@@ -342,5 +348,6 @@ class WriteOptions:
             data_headers=_bool(opts, "dataHeaders", True),
             value=opts.get("value") or None,
             checkpoint=opts.get("checkpointlocation") or None,
+            commit_rows=_positive_int(opts, "commitRows", None),
             stage_progress=_stage_progress(opts),
         )

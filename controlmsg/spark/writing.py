@@ -2,7 +2,8 @@
 
 **Tasks write records; the driver is the one upstream task.** Each Spark write task writes its rows,
 keyed by the ``key`` column, in ONE Kafka transaction with a commit marker (see
-:mod:`controlmsg.kafka.markers`) and reports what it wrote; its records carry its name
+:mod:`controlmsg.kafka.markers`; a batch write with the option ``commitRows`` commits as it goes, in several,
+see :mod:`controlmsg.spark.chunks`) and reports what it wrote; its records carry its name
 (:func:`~controlmsg.core.naming.task_name`: ``<job>-<runId>-p<partition id>``) in the ``controlmsg-task``
 header, but it writes no control message. The driver, once every task of the write (or micro-batch) has
 committed, is the **one upstream task of the protocol** (``taskName``
@@ -11,8 +12,8 @@ control message to every partition in one transaction with a marker of its own. 
 messages, whatever the number of write tasks, and readers keep one task per partition. It speaks for the
 tasks: every task's records are committed, so on every partition before the round, when it writes it.
 
-* batch (``df.write``): the end of stream. No intermediate watermarks: every task's records become
-  visible at once when it commits, so no watermark could move a reader before the end of stream.
+* batch (``df.write``): the end of stream. No intermediate watermarks: a reader ends only at the end of
+  stream, whether each task's records became visible at once when it committed or chunk by chunk.
 * stream (``df.writeStream``), after every micro-batch: one watermark. When the query
   has an event-time watermark (``with_watermark``, or Spark's own ``withWatermark``), it is **the stage's
   watermark**: Spark's watermark in force in that micro-batch, read from the query's offset log, so a
@@ -55,6 +56,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -90,6 +92,7 @@ from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
 from controlmsg.kafka.refusals import mark_reached
 from controlmsg.kafka.settings import worker_logging
 from controlmsg.kafka.writer import ControlWriter, fence_transactions
+from controlmsg.spark.chunks import Chunks
 from controlmsg.spark.options import STAGE_PROGRESS_DRIVER, STAGE_PROGRESS_OFFSET_LOG, WriteOptions
 from controlmsg.spark.progress import Progress
 from controlmsg.spark.query_log import END_OF_TIME_MS, offset_log_dir, query_id, stage_progress
@@ -483,14 +486,21 @@ def _write_task(plan: _Plan, batches: Iterator[pa.RecordBatch], *, batch_id: int
             raise ControlMsgError(
                 f"topic {opts.topic!r}: task {name!r} was written by streaming query {earlier.get('queryId')}, "
                 f"not by this one ({query_id}); a new query (a new checkpointLocation) needs a new runId")
-        if earlier is not None and int(earlier.get("batch", 0)) >= batch_id:
+        if earlier is not None and not earlier.get("partial") and int(earlier.get("batch", 0)) >= batch_id:
             writer.close(opts.timeout)  # nothing was sent: ends the empty transaction
             for _ in batches:  # the input must still be consumed
                 pass
             return TaskCommit(index, attempt, int(earlier["rows"]), earlier.get("maxEventTime"), True, query_id,
                               time.monotonic() - started)
+        chunked: tuple[Chunks, Callable[[], bool]] | None = None  # option commitRows: controlmsg.spark.chunks
+        resume = earlier if earlier is not None and earlier.get("partial") else None
+        if (opts.commit_rows is not None and query_id is None) or resume is not None:
+            # A partial marker is resumed even when this write has no commitRows (a rerun of the same runId).
+            chunks = Chunks(opts.commit_rows or sys.maxsize, resume, name, opts.topic)
+            partial = {"batch": batch_id, "attempt": attempt, "queryId": query_id}
+            chunked = chunks, lambda: chunks.commit_if_due(writer, store, partial, opts.timeout)
         with writer:  # an exception inside aborts the transaction
-            rows, max_t = _write_rows(writer, batches, plan)
+            rows, max_t = _write_rows(writer, batches, plan, chunked)
             store.add(writer, {"batch": batch_id, "rows": rows, "maxEventTime": max_t, "attempt": attempt,
                                "queryId": query_id}, rows)
             if stage is not None:
@@ -559,11 +569,14 @@ def _payloads(column: pa.Array, plan: _Plan, task: str, rows_before: int) -> lis
     return encode_user_rows(column.cast(pa.binary()).to_pylist())
 
 
-def _write_rows(writer: ControlWriter, batches: Iterator[pa.RecordBatch], plan: _Plan) -> tuple[int, int | None]:
+def _write_rows(writer: ControlWriter, batches: Iterator[pa.RecordBatch], plan: _Plan,
+                chunks: tuple[Chunks, Callable[[], bool]] | None = None) -> tuple[int, int | None]:
     """Send every row as a record, its payload the ``value`` column's bytes or else the row as JSON; return
     the number of rows and the largest event time. One
     :meth:`~controlmsg.kafka.writer.ControlWriter.send_encoded` per Arrow batch: its values encoded in one
-    loop, its keys taken from the key column as one list."""
+    loop, its keys taken from the key column as one list. ``chunks`` (option ``commitRows``): the task's
+    :class:`~controlmsg.spark.chunks.Chunks`, which skips what an earlier attempt committed, and the call
+    that commits when a chunk is due, after each batch."""
     import pyarrow as pa
 
     send = writer.send_encoded
@@ -579,14 +592,23 @@ def _write_rows(writer: ControlWriter, batches: Iterator[pa.RecordBatch], plan: 
             values = _payloads(batch.column(plan.value_index), plan, writer.task_name, rows)
         else:
             values = encode_json_rows(_utc(batch).to_pylist(), _json_default, _JSON_OPTIONS)
-        if plan.key_index is None:
-            send(values)
+        keys: list[Any] | None = None
+        if plan.key_index is not None:
+            column = batch.column(plan.key_index)
+            keys = (column if pa.types.is_string(column.type) else column.cast(pa.string())).to_pylist()
+        if chunks is None:
+            send(values, keys)
         else:
-            keys = batch.column(plan.key_index)
-            send(values, (keys if pa.types.is_string(keys.type) else keys.cast(pa.string())).to_pylist())
+            values, keys = chunks[0].skip(values, keys)
+            if values:
+                send(values, keys)
+                chunks[0].sent(values, keys)
+                chunks[1]()
         if plan.event_time_index is not None:
             top = _event_ms(batch.column(plan.event_time_index))
             if top is not None and (max_t is None or top > max_t):
                 max_t = top
         rows += batch.num_rows
+    if chunks is not None:
+        chunks[0].finish_skipping()
     return rows, max_t

@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from controlmsg.kafka.admin import end_offsets
 from spark_jobs.batch import ingest, sink, window_aggregate
 from spark_jobs.events import parse_duration, read_table, windowed_oracle
+from tests.spark.topic_dump import dump_topic
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clicks.csv"
 
@@ -29,9 +31,10 @@ SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clicks.csv"
 def run_pipeline_in_session(spark: SparkSession, servers: str, *, input_path: str, key: str, event_time: str,
                             window: str, sums: list[str], output: str, partitions: int, tasks: int,
                             null_value: str | None = None,
-                            declared: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+                            declared: dict[str, str] | None = None,
+                            commit_rows: int | None = None) -> dict[str, dict[str, Any]]:
     """``declared``: the sums given a type (``--sum COL:TYPE`` and ``--carry COL:TYPE``), as the pipeline
-    declares a Parquet input's number columns."""
+    declares a Parquet input's number columns; ``commit_rows``: the window job's ``--commit-rows``."""
     run_id = uuid.uuid4().hex[:10]
     events, windows = f"t-{run_id}-events", f"t-{run_id}-windows"
     common = ["--run-id", run_id, "--bootstrap-servers", servers, "--timeout", "120"]
@@ -47,9 +50,11 @@ def run_pipeline_in_session(spark: SparkSession, servers: str, *, input_path: st
     out = {"ingest": ingest.run(spark, ingest.build_parser().parse_args(ingest_args), config)}
     out["window"] = window_aggregate.run(spark, window_aggregate.build_parser().parse_args(
         ["--input-topic", events, "--output-topic", windows, "--window", window, "--partitions", str(partitions),
-         "--tasks", str(tasks), *sum_args, *common]), config)
+         "--tasks", str(tasks), *sum_args, *common,
+         *([] if commit_rows is None else ["--commit-rows", str(commit_rows)])]), config)
     out["sink"] = sink.run(spark, sink.build_parser().parse_args(
         ["--input-topic", windows, "--output", output, *sum_args, *common]), config)
+    out["topics"] = {"events": events, "windows": windows}
     return out
 
 
@@ -96,8 +101,24 @@ def test_sample_many_partitions_k_not_n(spark: SparkSession, bootstrap_servers: 
     output = str(tmp_path / "out.parquet")
     opts: dict[str, Any] = dict(input_path=str(SAMPLE), key="user", event_time="event_time", window="15m",
                                 sums=["amount"], null_value="NA")
-    run_pipeline_in_session(spark, bootstrap_servers, output=output, partitions=5, tasks=3, **opts)
+    # The window job commits every 100 results, its tasks' input in Arrow batches of 50: each task commits
+    # several transactions (a partial marker each), which the sink reads as they come.
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(key) or "1000"
+    spark.conf.set(key, "50")
+    try:
+        summary = run_pipeline_in_session(spark, bootstrap_servers, output=output, partitions=5, tasks=3,
+                                          commit_rows=100, **opts)
+    finally:
+        spark.conf.set(key, before)
     assert assert_matches_oracle(spark, output, **opts) > 1000
+    # Every transaction leaves a marker on each partition it wrote to: one per task and partition, plus the
+    # driver's end of stream on each, had each task written one transaction.
+    config = {"bootstrap.servers": bootstrap_servers}
+    windows = summary["topics"]["windows"]
+    records = len(dump_topic(config, windows, "read_committed"))
+    markers = sum(end_offsets(config, windows).values()) - records
+    assert markers > 3 * 5 + 5
 
 
 def test_empty_upstream_tasks(spark: SparkSession, bootstrap_servers: str, tmp_path: Path) -> None:
