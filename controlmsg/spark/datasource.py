@@ -32,16 +32,20 @@ def _append_only(overwrite: bool) -> None:
 
 
 class ControlMsgDataSource(DataSource):
-    """``format("controlmsg")``. Without ``.schema()``, reads give ``partition, offset, key, value``."""
+    """``format("controlmsg")``. Without ``.schema()``, reads give ``format("kafka")``'s columns: ``key``,
+    ``value``, ``topic``, ``partition``, ``offset``, ``timestamp``, ``timestampType`` (and ``headers`` with
+    ``includeHeaders``)."""
 
     @classmethod
     def name(cls) -> str:
         return "controlmsg"
 
     def schema(self) -> str:
-        from controlmsg.spark.batches import RAW_SCHEMA
+        from controlmsg.spark.batches import raw_schema
+        from controlmsg.spark.options import lower_keys
 
-        return RAW_SCHEMA
+        text = (lower_keys(self.options).get("includeheaders") or "false").strip().lower()
+        return raw_schema(text in ("true", "1", "yes"))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = ReadOptions.parse(self.options)
