@@ -225,8 +225,9 @@ def top_column(name: str) -> Column:
 
 
 def _from_json(raw: DataFrame, fields: dict[str, str]) -> DataFrame:
-    """The ``value`` column parsed into ``fields`` (name -> Spark SQL type), one column each."""
-    return raw.select(F.from_json("value", ddl(fields)).alias("r")).select("r.*")
+    """The ``value`` column (binary, as ``format("kafka")`` has it) parsed into ``fields`` (name -> Spark SQL
+    type), one column each."""
+    return raw.select(F.from_json(F.col("value").cast("string"), ddl(fields)).alias("r")).select("r.*")
 
 
 def ddl(fields: dict[str, str]) -> str:

@@ -30,11 +30,15 @@ from controlmsg.kafka.refusals import check_client, denied
 from controlmsg.kafka.retry import init_transactions, retrying_transaction
 from controlmsg.kafka.settings import for_client
 
-__all__ = ["HEADER_RUN", "HEADER_SEQ", "HEADER_TASK", "ControlWriter", "fence_transactions", "produce_waiting"]
+__all__ = ["HEADER_RUN", "HEADER_SEQ", "HEADER_TASK", "RESERVED_HEADER_PREFIX", "ControlWriter", "fence_transactions",
+           "produce_waiting"]
 
 HEADER_TASK: Final = "controlmsg-task"
 HEADER_RUN: Final = "controlmsg-run"
 HEADER_SEQ: Final = "controlmsg-seq"
+RESERVED_HEADER_PREFIX: Final = "controlmsg-"
+"""How controlmsg's own header names begin (the run, the task, the sequence, a dead letter's reason...): a user
+header named so is refused by the Spark writer, and left out of an intermediate topic's ``headers`` column."""
 
 _POLL_EVERY: Final = 4096
 # confluent-kafka's produce(topic, value, key, partition, callback, on_delivery, timestamp, headers) is called
@@ -200,7 +204,8 @@ class ControlWriter:
             return
         self._produce(encode_json(value), key, partition, self._data_headers)
 
-    def send_encoded(self, values: Sequence[bytes], keys: Sequence[bytes | str | None] | None = None) -> None:
+    def send_encoded(self, values: Sequence[bytes], keys: Sequence[bytes | str | None] | None = None,
+                     headers: Sequence[list[tuple[str, bytes | None]] | None] | None = None) -> None:
         """Send user messages whose values are complete envelopes already (from
         :func:`~controlmsg.core.codec.encode_user`, :func:`~controlmsg.core.codec.encode_json` or
         :func:`~controlmsg.core.codec.encode_json_rows`), ``keys[i]`` the key of ``values[i]`` (``keys``
@@ -208,19 +213,28 @@ class ControlWriter:
         :meth:`send_bytes` once per value, in order; only the per-record Python work is less (one loop
         over the batch, delivery reports served once per batch). Raises ``ValueError`` when ``keys`` and
         ``values`` differ in length, :class:`DeliveryError` when librdkafka refuses a record (the records
-        before it are sent)."""
+        before it are sent). ``headers[i]``, when given, are record ``i``'s own headers, sent after this
+        writer's (which a caller keeps from being overridden: see :mod:`controlmsg.spark.writing`)."""
         if keys is not None and len(keys) != len(values):
             raise ValueError(f"{len(values)} values but {len(keys)} keys")
-        produce, topic, headers = self._produce_call, self.topic, self._data_headers
+        if headers is not None:
+            if len(headers) != len(values):
+                raise ValueError(f"{len(values)} values but {len(headers)} header lists")
+            own = self._data_headers or []
+            for value, key, extra in zip(values, [None] * len(values) if keys is None else keys, headers,
+                                         strict=True):
+                self._produce(value, key, _ANY_PARTITION, [*own, *extra] if extra else own or None)
+            return
+        produce, topic, headers_ = self._produce_call, self.topic, self._data_headers
         try:
             # Three loops rather than one with branches: each argument more costs a confluent-kafka produce()
             # call measurably, so each loop passes only what it has, positionally (see _NOW).
-            if headers is not None:
+            if headers_ is not None:
                 for value, key in zip(values, [None] * len(values) if keys is None else keys, strict=True):
                     try:
-                        produce(topic, value, key, _ANY_PARTITION, None, None, _NOW, headers)
+                        produce(topic, value, key, _ANY_PARTITION, None, None, _NOW, headers_)
                     except BufferError:
-                        self._produce(value, key, _ANY_PARTITION, headers)
+                        self._produce(value, key, _ANY_PARTITION, headers_)
             elif keys is None:
                 for value in values:
                     try:

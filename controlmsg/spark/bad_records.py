@@ -17,8 +17,8 @@ of Spark's JSON and CSV sources:
   ``_corrupt_record``), null for good records; for a bad one it holds the value (the upstream serde's
   bytes): as they are in a ``binary`` column, as UTF-8 text with bytes that are not UTF-8 written
   ``\\xNN`` in a ``string`` column. Without that column PERMISSIVE is refused, since the bad content would
-  be lost (Spark's own sources drop it silently), and so it is for the schema-less raw columns (read
-  ``key``/``value`` as binary instead: then no record is bad).
+  be lost (Spark's own sources drop it silently), and so it is for a declared schema of the raw columns with
+  a string ``key`` or ``value`` (read them as binary, as a read without a schema does: then no record is bad).
 * ``DROPMALFORMED``, or just the option ``deadLetterTopic``: the row is left out and the record written to
   the dead-letter topic unchanged (the whole envelope, key and headers) plus the headers of
   :mod:`controlmsg.kafka.deadletter` (reason, source topic, partition, offset): the format ``controlmsg

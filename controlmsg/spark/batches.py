@@ -3,13 +3,20 @@ builds its rows with (:mod:`controlmsg.spark.reading`, :mod:`controlmsg.spark.pl
 takes records (parallel lists, :class:`~controlmsg.kafka.reader.DataColumns`) and returns a batch and the
 bad records it set aside; what a task then does with those is :mod:`controlmsg.spark.bad_records`.
 
-**Schema.** Without a schema the columns are ``partition int, offset long, key string, value string``.
-With ``.schema(ddl)`` the JSON value is parsed and each field is taken from the JSON object's member of
-that name (missing: null); ``_partition``, ``_offset`` and ``_key`` are the record's position and key
-(``_key`` as string or binary); in a stream, ``_watermark`` (timestamp) is the reconciled watermark of
-the topic in force when the record was read: the watermark at the start of the micro-batch, advanced by
-the control messages read before the record on its own partition, and never above the watermark at the
-micro-batch's end; null until every upstream task has reported on every partition;
+**Schema.** Without a schema the columns are ``format("kafka")``'s (:data:`RAW_SCHEMA`): ``key binary,
+value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int``, and
+``headers array<struct<key:string,value:binary>>`` with option ``includeHeaders``. A declared schema of
+those columns only, with ``value`` and one of ``topic``, ``partition``, ``offset``, ``timestampType``,
+``headers`` (:func:`is_raw_schema`; ``key`` and ``value`` may be string, read as UTF-8 text) reads records
+as they are too, e.g. ``partition int, offset long, key string, value string``, the schema-less columns
+before issue 30. Any other ``.schema(ddl)`` parses the JSON value and takes each field from the JSON
+object's member of that name (missing: null); ``_partition``, ``_offset``, ``_key`` (string or binary),
+``_topic``, ``_timestamp``, ``_timestampType`` and ``_headers`` are the record's own. ``headers`` of an
+intermediate topic leaves out controlmsg's own headers (``controlmsg-run``, ``controlmsg-task``; a record
+with no other has null), a plain topic's has them all. In a stream, ``_watermark`` (timestamp) is the
+reconciled watermark of the topic in force when the record was read: the watermark at the start of the
+micro-batch, advanced by the control messages read before the record on its own partition, and never above
+the watermark at the micro-batch's end; null until every upstream task has reported on every partition;
 ``_partition_watermark`` (timestamp) is the watermark of the record's own partition there (the minimum over
 the upstream tasks on that partition alone), which depends only on what the partition holds before the
 record, so that every query over the topic finds the same records behind it. With a boolean
@@ -40,9 +47,11 @@ from pyspark.sql.types import StructType
 
 from controlmsg.errors import ReadError
 from controlmsg.kafka.reader import DataColumns, DataRecord
+from controlmsg.kafka.writer import RESERVED_HEADER_PREFIX
 from controlmsg.spark.options import BadRecordMode, ReadOptions
 
 __all__ = [
+    "HEADERS_TYPE",
     "META_CONTROL",
     "META_PARTITION_WATERMARK",
     "META_WATERMARK",
@@ -52,15 +61,50 @@ __all__ = [
     "Built",
     "Mark",
     "batch_builder",
+    "is_raw_schema",
+    "raw_schema",
     "tick_batch",
 ]
 
-RAW_SCHEMA: Final = "partition int, offset long, key string, value string"
-"""The columns of a read without ``.schema(...)``."""
-_RAW_NAMES: Final = ("partition", "offset", "key", "value")
+RAW_SCHEMA: Final = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+                     "timestampType int")
+"""The columns of a read without ``.schema(...)``: those of ``format("kafka")``, in its order and types."""
+HEADERS_TYPE: Final = "array<struct<key:string,value:binary>>"
+"""The type of the ``headers`` column (read with ``includeHeaders``, written by a writer), as in ``format("kafka")``."""
+_CONNECTOR_NAMES: Final = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+_RECORD_ONLY: Final = frozenset({"topic", "partition", "offset", "timestampType", "headers"})
+"""Connector columns that are unlikely JSON field names: a schema of connector columns with ``value`` and one
+of these reads the records as they are (see :func:`is_raw_schema`)."""
 _META_PARTITION: Final = "_partition"
 _META_OFFSET: Final = "_offset"
 _META_KEY: Final = "_key"
+_META_TOPIC: Final = "_topic"
+_META_TIMESTAMP: Final = "_timestamp"
+_META_TIMESTAMP_TYPE: Final = "_timestampType"
+_META_HEADERS: Final = "_headers"
+_RECORD_COLUMNS: Final = {"topic": "topic", "timestamp": "timestamp", "timestampType": "timestampType",
+                          "headers": "headers", _META_TOPIC: "topic", _META_TIMESTAMP: "timestamp",
+                          _META_TIMESTAMP_TYPE: "timestampType", _META_HEADERS: "headers"}
+"""The columns of a record's topic, timestamp and headers, in a raw schema and (``_``-prefixed) in a JSON one."""
+_TIMESTAMP_TYPES: Final = {1: 0, 2: 1}
+"""confluent-kafka's timestamp types (1 CreateTime, 2 LogAppendTime) as Kafka numbers them in
+``format("kafka")``'s ``timestampType`` (0, 1; -1 none)."""
+
+
+def raw_schema(include_headers: bool) -> str:
+    """The schema of a read without ``.schema(...)``: :data:`RAW_SCHEMA`, and ``headers`` with option
+    ``includeHeaders``."""
+    return f"{RAW_SCHEMA}, headers {HEADERS_TYPE}" if include_headers else RAW_SCHEMA
+
+
+def is_raw_schema(names: list[str]) -> bool:
+    """Whether a schema with fields ``names`` reads records as they are (no JSON): every field one of
+    ``format("kafka")``'s columns, ``value`` among them, and at least one of ``topic``, ``partition``,
+    ``offset``, ``timestampType``, ``headers`` (a schema of ``key``, ``value`` and ``timestamp`` alone is
+    taken as JSON fields of those names). ``partition int, offset long, key string, value string``, the
+    raw columns before the connector's, is one."""
+    return (bool(names) and set(names) <= set(_CONNECTOR_NAMES) and "value" in names
+            and bool(_RECORD_ONLY & set(names)))
 META_WATERMARK: Final = "_watermark"
 META_CONTROL: Final = "_control"
 META_PARTITION_WATERMARK: Final = "_partition_watermark"
@@ -90,7 +134,10 @@ def batch_builder(schema: StructType, opts: ReadOptions) -> tuple[Builder, bool]
     first bad record of a batch, and when the records fit one by one but not together."""
     arrow_schema = _arrow_schema(schema)
     names = schema.fieldNames()
-    raw = tuple(names) == _RAW_NAMES
+    raw = is_raw_schema(names)
+    for name in names:
+        if name in _RECORD_COLUMNS and (raw or name.startswith("_")):
+            _check_record_column(name, arrow_schema.field(name).type, schema[name].dataType.simpleString())
     corrupt = opts.corrupt_column if opts.corrupt_column in names else None
     binary = False
     if corrupt is not None:
@@ -99,12 +146,14 @@ def batch_builder(schema: StructType, opts: ReadOptions) -> tuple[Builder, bool]
             raise ValueError(f"the corrupt-record column {corrupt!r} must be of type string or binary, not "
                              f"{schema[corrupt].dataType.simpleString()}")
         binary = pa.types.is_binary(ctype)
-    if opts.mode is BadRecordMode.PERMISSIVE and (raw or corrupt is None):
+    # Read as they are, a binary key and value never make a record bad (the columns without a schema).
+    raw_text = raw and any(not pa.types.is_binary(arrow_schema.field(n).type) for n in ("key", "value") if n in names)
+    if opts.mode is BadRecordMode.PERMISSIVE and (raw_text or (not raw and corrupt is None)):
         raise ValueError(
             "mode PERMISSIVE keeps a bad record's row and its value in the corrupt-record column, and nothing may "
             f"be lost: declare the column in the schema ('{opts.corrupt_column} string', or binary; see the option "
-            "columnNameOfCorruptRecord)" + (" next to the JSON fields; without a schema, read key and value as "
-                                            "binary and no record is bad" if raw else ""))
+            "columnNameOfCorruptRecord)" + (" next to the JSON fields; or read key and value as binary (as without "
+                                            "a schema) and no record is bad" if raw else ""))
     if META_CONTROL in names:
         if not pa.types.is_boolean(arrow_schema.field(META_CONTROL).type):
             raise ValueError(f"the field '{META_CONTROL}' marks the rows that carry only a watermark: declare it "
@@ -112,7 +161,7 @@ def batch_builder(schema: StructType, opts: ReadOptions) -> tuple[Builder, bool]
         if META_WATERMARK not in names:
             raise ValueError(f"the field '{META_CONTROL}' marks rows that carry only a '{META_WATERMARK}': "
                              f"declare '{META_WATERMARK} timestamp' too")
-    policy = _Policy(opts.mode, corrupt, binary)
+    policy = _Policy(opts.mode, corrupt, binary, strip_headers=not opts.plain)
     if raw:
         return _raw_builder(arrow_schema, policy), False
     return _json_builder(arrow_schema, policy), any(name in names for name in WATERMARK_FIELDS)
@@ -138,13 +187,55 @@ _HINT: Final = ("; to read past such records, set the option deadLetterTopic (th
                 "(their rows are kept)")
 
 
+def _check_record_column(name: str, dtype: pa.DataType, declared: str) -> None:
+    kind = _RECORD_COLUMNS[name]
+    fits = {
+        "topic": pa.types.is_string(dtype),
+        "timestamp": pa.types.is_timestamp(dtype),
+        "timestampType": pa.types.is_integer(dtype),
+        "headers": (pa.types.is_list(dtype) and pa.types.is_struct(dtype.value_type)
+                    and [f.name for f in dtype.value_type] == ["key", "value"]
+                    and pa.types.is_string(dtype.value_type.field("key").type)
+                    and pa.types.is_binary(dtype.value_type.field("value").type)),
+    }[kind]
+    if not fits:
+        want = {"topic": "string", "timestamp": "timestamp", "timestampType": "int",
+                "headers": HEADERS_TYPE}[kind]
+        raise ValueError(f"the field {name!r} is the record's {kind}: declare it {want}, not {declared}")
+
+
+def _record_column(name: str, dtype: pa.DataType, records: DataColumns, topic: str, strip: bool) -> pa.Array:
+    """A record's topic, timestamp, timestampType or headers (field ``name``, a key of
+    :data:`_RECORD_COLUMNS`) for every record. ``strip``: headers named with
+    :data:`RESERVED_HEADER_PREFIX` (an envelope's own) are left out; a record with no other has null."""
+    kind = _RECORD_COLUMNS[name]
+    n = len(records)
+    if kind == "topic":
+        return pa.array([topic] * n, pa.string()).cast(dtype)
+    if kind == "headers":
+        rows: list[list[dict[str, Any]] | None] = []
+        for msg in records.messages:
+            headers = msg.headers() if msg is not None else None
+            if headers and strip:
+                headers = [h for h in headers if not h[0].startswith(RESERVED_HEADER_PREFIX)]
+            rows.append([{"key": k, "value": v} for k, v in headers] if headers else None)
+        return pa.array(rows, dtype)
+    stamps = [msg.timestamp() if msg is not None else (0, -1) for msg in records.messages]
+    if kind == "timestampType":
+        return pa.array([_TIMESTAMP_TYPES.get(kind_, -1) for kind_, _ in stamps], pa.int32()).cast(dtype)
+    return (pa.array([ms if kind_ in _TIMESTAMP_TYPES else None for kind_, ms in stamps], pa.int64())
+            .cast(pa.timestamp("ms", tz="UTC")).cast(dtype))
+
+
 @dataclass(frozen=True, slots=True)
 class _Policy:
-    """How a builder treats bad records: ``mode``, and the corrupt-record column when the schema has it."""
+    """How a builder treats bad records: ``mode``, and the corrupt-record column when the schema has it;
+    ``strip_headers``: the ``headers`` column leaves controlmsg's own out (an intermediate topic)."""
 
     mode: BadRecordMode
     corrupt: str | None
     corrupt_binary: bool
+    strip_headers: bool = False
 
 
 Columns = Callable[[DataColumns, str, "list[Mark] | None", dict[int, str]], "list[pa.Array | None]"]
@@ -229,12 +320,16 @@ def _keys_as_text(records: DataColumns, bad: dict[int, str], escape: bool) -> pa
 
 
 def _raw_builder(schema: pa.Schema, policy: _Policy) -> Builder:
-    key_type = schema.field("key").type
+    names = schema.names
+    key_type = schema.field("key").type if "key" in names else pa.binary()
     value_type = schema.field("value").type
 
-    def columns(records: DataColumns, _topic: str, _marks: list[Mark] | None,
+    def columns(records: DataColumns, topic: str, _marks: list[Mark] | None,
                 bad: dict[int, str]) -> list[pa.Array | None]:
-        if pa.types.is_binary(key_type):
+        keys: pa.Array | None = None
+        if "key" not in names:
+            pass
+        elif pa.types.is_binary(key_type):
             keys = pa.array(records.keys, pa.binary())
         else:
             texts = _keys_as_text(records, bad, escape=False)
@@ -253,12 +348,19 @@ def _raw_builder(schema: pa.Schema, policy: _Policy) -> Builder:
                                           "read it as bytes")
                         decoded.append(None)
                 values = pa.array(decoded, pa.string()).cast(value_type)
-        return [
-            pa.array(records.partitions, schema.field("partition").type),
-            pa.array(records.offsets, schema.field("offset").type),
-            keys,
-            values,
-        ]
+        out: list[pa.Array | None] = []
+        for field in schema:
+            if field.name == "key":
+                out.append(keys)
+            elif field.name == "value":
+                out.append(values)
+            elif field.name == "partition":
+                out.append(pa.array(records.partitions, field.type))
+            elif field.name == "offset":
+                out.append(pa.array(records.offsets, field.type))
+            else:
+                out.append(_record_column(field.name, field.type, records, topic, policy.strip_headers))
+        return out
 
     return _settling(schema, policy, columns)
 
@@ -305,6 +407,9 @@ def _json_builder(schema: pa.Schema, policy: _Policy) -> Builder:
                         continue
                     texts = texts.to_pylist()
                 values = texts
+            elif name in _RECORD_COLUMNS and name.startswith("_"):
+                arrays.append(_record_column(name, field.type, records, topic, policy.strip_headers))
+                continue
             elif name in (META_WATERMARK, META_PARTITION_WATERMARK) and marks is not None:
                 which = 0 if name == META_WATERMARK else 1
                 arrays.append(pa.array([m[which] for m in marks], pa.int64()).cast(pa.timestamp("ms", tz="UTC"))

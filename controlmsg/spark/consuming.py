@@ -37,6 +37,10 @@ POLL_S: Final = 0.02
 """Seconds a reader's ``consume()`` waits for a full batch of messages."""
 
 
+_LOST: Final = ("; the planned offsets were deleted (retention) before they were read: data loss. The option "
+                "failOnDataLoss false skips them and reads on")
+
+
 def consumer_conf(opts: ReadOptions, *, eof: bool) -> dict[str, Any]:
     """The settings of every consumer of the source's readers, drivers' and tasks': assigned partitions
     only (no group membership, no commits), ``read_committed``, a planned offset that is gone an error;
@@ -46,8 +50,10 @@ def consumer_conf(opts: ReadOptions, *, eof: bool) -> dict[str, Any]:
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
-        # A planned offset that is gone (retention) is data loss: fail, naming it, rather than skip.
-        "auto.offset.reset": "error",
+        # A planned offset that is gone (retention) is data loss: fail, naming it, rather than skip; unless a
+        # plain read's failOnDataLoss is false (controlmsg.spark.positions): then read on from the log start.
+        "auto.offset.reset": "earliest" if opts.positions is not None and not opts.positions.fail_on_data_loss
+        else "error",
         "enable.partition.eof": eof,
         **dict(opts.config),
     }, "consumer")
@@ -120,7 +126,8 @@ def read_ranges(opts: ReadOptions, build: Builder, ranges: Sequence[tuple[int, i
                         if p in open_parts and msg.offset() >= end[p]:
                             open_parts.discard(p)
                         continue
-                    raise ReadError(f"reading topic {topic!r} partition {p} failed: {err.str()}")
+                    raise ReadError(f"reading topic {topic!r} partition {p} failed: {err.str()}" + (
+                        _LOST if err.code() == KafkaError._AUTO_OFFSET_RESET and opts.positions is not None else ""))
                 if p not in open_parts:
                     continue
                 last_record = time.monotonic()

@@ -8,6 +8,8 @@ readers in :mod:`controlmsg.spark.reading` (a plain topic's, option ``envelope n
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -31,17 +33,32 @@ def _append_only(overwrite: bool) -> None:
                          "Kafka topic, so mode('overwrite') is refused; use mode('append') and a new runId")
 
 
+def _one_topic(options: Mapping[str, str], schema: StructType) -> None:
+    """``format("kafka")`` takes each row's topic from a ``topic`` column when no option names one. A
+    controlmsg write is one run of one topic, whose end of stream its readers wait for, so such a write is
+    refused rather than written to a topic the column does not choose."""
+    named = any(key.lower() == "topic" and value for key, value in options.items())
+    if not named and any(field.name.lower() == "topic" for field in schema.fields):
+        raise ValueError("a 'topic' column does not choose the topic of a controlmsg write: a run is one topic, "
+                         "whose end of stream its readers wait for; give the option 'topic' (the column is then a "
+                         "field of each record's value)")
+
+
 class ControlMsgDataSource(DataSource):
-    """``format("controlmsg")``. Without ``.schema()``, reads give ``partition, offset, key, value``."""
+    """``format("controlmsg")``. Without ``.schema()``, reads give ``format("kafka")``'s columns: ``key``,
+    ``value``, ``topic``, ``partition``, ``offset``, ``timestamp``, ``timestampType`` (and ``headers`` with
+    ``includeHeaders``)."""
 
     @classmethod
     def name(cls) -> str:
         return "controlmsg"
 
     def schema(self) -> str:
-        from controlmsg.spark.batches import RAW_SCHEMA
+        from controlmsg.spark.batches import raw_schema
+        from controlmsg.spark.options import lower_keys
 
-        return RAW_SCHEMA
+        text = (lower_keys(self.options).get("includeheaders") or "false").strip().lower()
+        return raw_schema(text in ("true", "1", "yes"))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = ReadOptions.parse(self.options)
@@ -67,10 +84,12 @@ class ControlMsgDataSource(DataSource):
         from controlmsg.spark.writing import BatchWriter
 
         _append_only(overwrite)
+        _one_topic(self.options, schema)
         return BatchWriter(WriteOptions.parse(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from controlmsg.spark.writing import StreamWriter
 
         _append_only(overwrite)
+        _one_topic(self.options, schema)
         return StreamWriter(WriteOptions.parse(self.options), schema)

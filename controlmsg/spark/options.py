@@ -41,11 +41,16 @@ neither, groups by the records the partitions hold, see :mod:`controlmsg.spark.p
 micro-batch) and ``maxScanMs`` (how long the driver scans for one micro-batch, default 2000).
 
 ``envelope none`` reads a **plain** topic, whose records any producer wrote (a JSON object, or any bytes
-read as ``value``, per record: no type byte, no control messages), as ``format("kafka")`` does: batch
-reads take the offsets there at planning, streams start at ``startingOffsets`` (``earliest``, the
-default, or ``latest``) and an ``availableNow`` query stops at the offsets there when it starts; with
-``availableNowEnds true`` that is the end of the input, which a ``controlmsg`` stream writer passes on as
-the end of its stream. See :mod:`controlmsg.spark.plain`.
+read as ``value``, per record: no type byte, no control messages), as ``format("kafka")`` does, with its
+options (:mod:`controlmsg.spark.positions`): ``subscribe`` (several topics), ``subscribePattern``,
+``assign``, ``startingOffsets`` (``earliest``, the default, ``latest`` or JSON), ``startingTimestamp``,
+``startingOffsetsByTimestamp`` (``startingOffsetsByTimestampStrategy``), for a batch ``endingOffsets``,
+``endingTimestamp``, ``endingOffsetsByTimestamp``, ``failOnDataLoss`` (default true), for a stream
+``minOffsetsPerTrigger`` and ``maxTriggerDelay``; an ``availableNow`` query stops at the offsets there when
+it starts; with ``availableNowEnds true`` that is the end of the input, which a ``controlmsg`` stream writer
+passes on as the end of its stream. See :mod:`controlmsg.spark.plain`. An intermediate topic refuses these
+(``subscribe`` of one topic is its ``topic``). ``includeHeaders true``: a read without a schema has the
+column ``headers`` (:mod:`controlmsg.spark.batches` lists the columns a declared schema can ask for).
 
 Bad records (a value that is not JSON or not a JSON object, a field that does not fit its type, a key or
 raw value that is not UTF-8 but read as a string), as Spark's JSON and CSV sources name their modes:
@@ -67,11 +72,12 @@ alias of ``kafka.bootstrap.servers``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
 
 from controlmsg.core.durations import parse_duration
+from controlmsg.spark.positions import Positions, Subscription, parse_positions, parse_subscription
 
 __all__ = [
     "DEFAULT_CORRUPT_COLUMN",
@@ -139,6 +145,17 @@ def kafka_settings(options: Mapping[str, str]) -> dict[str, str]:
         raise ValueError("the controlmsg data source needs the option 'kafka.bootstrap.servers'")
     normalise(config, origin)
     return config
+
+
+def _run_followed(opts: Mapping[str, str]) -> str:
+    """A reader of an intermediate topic follows one run: ``runId``. Missing, it is most often a read
+    written for ``format("kafka")``, whose topics any producer writes: the error says so."""
+    run = opts.get("runid")
+    if not run:
+        raise ValueError("the controlmsg data source needs the option 'runId' to read an intermediate topic (the run "
+                         "it follows to its end of stream); a topic that any producer writes, as format('kafka') "
+                         "reads, is read with the option envelope none")
+    return run
 
 
 def _need(opts: Mapping[str, str], name: str) -> str:
@@ -264,8 +281,14 @@ class ReadOptions:
     plain: bool = False
     """Option ``envelope none``: the topic holds plain records, not controlmsg envelopes
     (:mod:`controlmsg.spark.plain`)."""
-    starting_offsets: str = "earliest"
-    """A plain stream's first offsets when its query has no checkpoint yet: ``earliest`` or ``latest``."""
+    subscription: Subscription = field(default_factory=Subscription)
+    """What is read: ``topic``, or for a plain topic ``subscribe`` (several), ``subscribePattern`` or
+    ``assign`` (:mod:`controlmsg.spark.positions`); ``topic`` above is its :attr:`~Subscription.label`."""
+    positions: Positions | None = None
+    """A plain read's starting and ending options, ``failOnDataLoss``, ``minOffsetsPerTrigger`` and
+    ``maxTriggerDelay`` (:mod:`controlmsg.spark.positions`); ``None`` for an intermediate topic."""
+    include_headers: bool = False
+    """Option ``includeHeaders``: a read without a schema has the column ``headers`` too."""
     available_now_ends: bool = False
     """Option ``availableNowEnds``: a plain stream's input ends where an ``availableNow`` query stops."""
 
@@ -276,9 +299,10 @@ class ReadOptions:
         config = {**_CONSUMER_DEFAULTS, **kafka_settings(opts)}
         mode, dead_letters = _bad_record_mode(opts)
         plain = _envelope(opts)
+        subscription = parse_subscription(opts, plain)
         return cls(
-            topic=_need(opts, "topic"),
-            run_id=(opts.get("runid") or "") if plain else _need(opts, "runId"),
+            topic=subscription.label,
+            run_id=(opts.get("runid") or "") if plain else _run_followed(opts),
             config=tuple(sorted(config.items())),
             timeout=_timeout(opts),
             partitions_per_task=_positive_int(opts, "partitionsPerTask", None),
@@ -290,7 +314,9 @@ class ReadOptions:
             corrupt_column=opts.get("columnnameofcorruptrecord") or DEFAULT_CORRUPT_COLUMN,
             dead_letter_topic=dead_letters,
             plain=plain,
-            starting_offsets=_choice(opts, "startingOffsets", ("earliest", "latest"), "earliest"),
+            subscription=subscription,
+            positions=parse_positions(opts, plain),
+            include_headers=_bool(opts, "includeHeaders", False),
             available_now_ends=_bool(opts, "availableNowEnds", False),
         )
 

@@ -4,38 +4,59 @@ reads them, with the JSON parsing, bad-record handling and dead letters of ``for
 A plain topic is where a pipeline starts: the events an application produces (a JSON object per record, no
 controlmsg type byte, no control messages). Reading it with the same source as the intermediate topics
 gives the first stage of a chain the same schema handling (``.schema(ddl)``, ``_partition``, ``_offset``,
-``_key``, ``mode``, ``deadLetterTopic``; without a schema ``partition, offset, key, value``) on every
-Spark version this project supports, where Spark's own Kafka connector is published for some only.
+``_key``, ``_topic``, ``_timestamp``, ``_timestampType``, ``_headers``, ``mode``, ``deadLetterTopic``; without
+a schema ``format("kafka")``'s columns, :mod:`controlmsg.spark.batches`) on every Spark version this project
+supports, where Spark's own Kafka connector is published for some only.
 
-* **Batch** (``spark.read``): each partition from its log start to its end offset at planning time
-  (``read_committed``: the last stable offset), grouped into tasks as an intermediate topic's partitions
-  are (:mod:`controlmsg.spark.planning`).
+What is read and where it starts and stops are ``format("kafka")``'s options in its meanings
+(:mod:`controlmsg.spark.positions`): ``topic`` or ``subscribe`` (several topics), ``subscribePattern``,
+``assign``; ``startingOffsets`` (``earliest``, the default, ``latest`` or JSON per partition),
+``startingTimestamp``, ``startingOffsetsByTimestamp`` and ``startingOffsetsByTimestampStrategy``; for a batch
+``endingOffsets``, ``endingTimestamp``, ``endingOffsetsByTimestamp``; ``failOnDataLoss``; for a stream
+``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` and ``maxTriggerDelay``.
+
+* **Batch** (``spark.read``): each partition from its starting offset (the log start by default) to its
+  ending offset (its end at planning time by default; ``read_committed``: the last stable offset), grouped
+  into tasks as an intermediate topic's partitions are (:mod:`controlmsg.spark.planning`), a task reading
+  one topic.
 * **Streaming** (``spark.readStream``): a micro-batch reads each partition from the last offsets to its end
   offset when the micro-batch is planned (at most ``maxOffsetsPerTrigger`` records in all, shared by the
-  partitions in proportion to what each has). The offsets go to Spark's offset log as
-  ``{"format": 1, "envelope": "none", "offsets": {partition: next offset}, "ended": bool}``, so a restart
-  resumes there: nothing twice, nothing lost. A query with no checkpoint starts at ``startingOffsets``:
-  ``earliest`` (the default: unlike ``format("kafka")``, whose streams start at ``latest``, nothing written
-  before the query started is skipped unless asked) or ``latest``. Under ``trigger(availableNow=True)`` the
-  query reads what the topic holds when it starts, and stops there. Spark's ``availableNow`` is often
+  partitions in proportion to what each has; with ``minOffsetsPerTrigger`` none before that many are there
+  or ``maxTriggerDelay`` has passed since the last one). The offsets go to Spark's offset log as
+  ``{"format": 2, "envelope": "none", "offsets": {topic: {partition: next offset}}, "ended": bool}`` (the
+  format 1 of a query started before, ``{"offsets": {partition: offset}}`` of its one topic, is read on),
+  with the micro-batch's task groups and, under ``"from"``, the partitions it reads from elsewhere than the
+  last offsets (one that appeared, from its log start; offsets gone, under ``failOnDataLoss false``), so a
+  restart resumes there: nothing twice, nothing lost. A query with no checkpoint starts at the starting
+  options: ``earliest`` by default (unlike ``format("kafka")``, whose streams start at ``latest``, nothing
+  written before the query started is skipped unless asked). Under ``trigger(availableNow=True)`` the
+  query reads what the topics hold when it starts, and stops there. Spark's ``availableNow`` is often
   an incremental batch run again and again, so that stop is not the end of the input by default; with
   ``availableNowEnds true`` it is (a bounded input, a backfill): the offset of the micro-batch that gets
   there says ``"ended": true`` (a micro-batch that reads nothing is added when the query had read it all
   already, so that the end is always in the log), and a ``controlmsg`` stream writer passes it on as the
   end of its stream (see :mod:`controlmsg.spark.writing`).
 
+**Data loss.** Offsets to be read that are gone (retention deleted them, a topic or partition was deleted
+or made anew) fail the read with :class:`DataLoss` naming them, as ``failOnDataLoss`` (default ``true``,
+as Spark's) says; with ``failOnDataLoss false`` the read goes on from the partition's log start (a task
+whose planned offsets go while it reads does the same: its consumer resets to the earliest offset).
+
 A plain topic carries no watermark: ``_watermark`` and ``_control`` are refused. Declare the stage's
 event time with Spark's ``withWatermark``; the ``controlmsg`` writer carries Spark's watermark onward.
-Partitions added to the topic while a stream runs are read from their start at the next micro-batch.
+Partitions, and topics of a ``subscribePattern``, added while a stream runs are read from their start at
+the next micro-batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, cast
 
 import pyarrow as pa
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
@@ -47,12 +68,16 @@ from controlmsg.spark.bad_records import check_dead_letters
 from controlmsg.spark.batches import WATERMARK_FIELDS, Mark, batch_builder
 from controlmsg.spark.consuming import consumer_conf, read_ranges
 from controlmsg.spark.options import ReadOptions
-from controlmsg.spark.planning import PlainRanges, stream_groups
-from controlmsg.spark.source_progress import REPORT_TIMEOUT_S, lag_report
+from controlmsg.spark.planning import PlainRanges, plain_groups
+from controlmsg.spark.positions import EARLIEST, LATEST, Bound, Positions
+from controlmsg.spark.source_progress import REPORT_TIMEOUT_S, SOURCE, lag_metrics, lag_report
 
-__all__ = ["PlainBatchReader", "PlainStreamReader", "is_plain_offset"]
+__all__ = ["DataLoss", "PlainBatchReader", "PlainStreamReader", "is_plain_offset"]
 
-_FORMAT: Final = 1
+_FORMAT: Final = 2
+_FORMAT_ONE_TOPIC: Final = 1
+"""The offsets of a query started before several topics were read: ``{"offsets": {partition: offset}}`` of
+the one ``topic``; read still, never written."""
 _ENVELOPE: Final = "none"
 # The messages a reader's hook takes are never errors, so each has a partition and an offset (the stubs
 # allow None for an error's).
@@ -60,6 +85,14 @@ _PARTITION: Final = cast("Callable[[Any], int]", Message.partition)
 _OFFSET: Final = cast("Callable[[Any], int]", Message.offset)
 _KEY: Final = Message.key
 _VALUE: Final = Message.value
+
+TP = tuple[str, int]
+"""A topic and one of its partitions."""
+
+
+class DataLoss(ControlMsgError):
+    """Offsets that a read of a plain topic was to read are gone (retention, a deleted topic or partition)
+    and ``failOnDataLoss`` is true (the default)."""
 
 
 def is_plain_offset(offset: Any) -> bool:
@@ -75,17 +108,213 @@ def _refuse_watermark(schema: StructType) -> None:
                              "withWatermark, and the controlmsg writer carries it onward")
 
 
-def _ends(opts: ReadOptions, consumer: Consumer, partitions: Sequence[int]) -> dict[int, tuple[int, int]]:
+def _positions_of(opts: ReadOptions) -> Positions:
+    assert opts.positions is not None  # a plain read's options always have them
+    return opts.positions
+
+
+# ------------------------------------------------------------------------------------ the cluster's answers
+
+
+def _timeout(opts: ReadOptions) -> float:
+    return opts.timeout or 30.0
+
+
+def _discover(opts: ReadOptions, consumer: Consumer, *, wait: bool) -> list[TP]:
+    """The partitions the subscription reads now. ``wait``: each named topic (``topic``,
+    ``subscribe``, ``assign``) is waited for up to ``timeout`` (a read planned before its producer
+    started); otherwise the cluster's metadata is asked once, and a named topic that is not there is left
+    out (the caller decides what a topic gone means)."""
+    sub = opts.subscription
+    if wait and sub.pattern is None:
+        named = sub.topics or tuple(sorted({t for t, _ in sub.assigned}))
+        counts = {t: wait_for_topic(dict(opts.config), t, opts.timeout) for t in named}
+        check_dead_letters(opts)
+        if sub.assigned:
+            for t, p in sub.assigned:
+                if p >= counts[t]:
+                    raise ValueError(f"option 'assign': topic {t!r} has no partition {p} (it has {counts[t]})")
+            return list(sub.assigned)
+        return [(t, p) for t in named for p in range(counts[t])]
+    try:
+        metadata = consumer.list_topics(timeout=_timeout(opts))
+    except KafkaException as exc:
+        raise ControlMsgError(f"cannot list the topics of the cluster for {opts.topic!r}: {exc.args[0]}") from exc
+    found = {name: sorted(t.partitions) for name, t in metadata.topics.items() if t.error is None and t.partitions}
+    if wait:
+        check_dead_letters(opts)
+    if sub.pattern is not None:
+        return [(t, p) for t in sorted(found) if sub.matches(t) for p in found[t]]
+    if sub.assigned:
+        return [(t, p) for t, p in sub.assigned if p in found.get(t, ())]
+    return [(t, p) for t in sub.topics for p in found.get(t, ())]
+
+
+def _spans(opts: ReadOptions, consumer: Consumer, parts: Sequence[TP]) -> dict[TP, tuple[int, int]]:
     """Each partition's (log start, end) offsets now; the end is the last stable offset under
     ``read_committed`` (the reader's isolation level)."""
-    timeout = opts.timeout or 30.0
-    return {p: watermark_offsets(consumer, opts.topic, p, timeout) for p in partitions}
+    return {(t, p): watermark_offsets(consumer, t, p, _timeout(opts)) for t, p in parts}
 
 
-def _plan(begin: dict[int, int], end: dict[int, int], opts: ReadOptions,
-          groups: list[list[int]] | None = None) -> list[PlainRanges]:
-    chosen = stream_groups(begin, end, opts) if groups is None else groups
-    return [PlainRanges([(p, begin.get(p, 0), end[p]) for p in group]) for group in chosen]
+def _at_times(opts: ReadOptions, consumer: Consumer, stamps: Mapping[TP, int]) -> dict[TP, int | None]:
+    """Each partition's first offset whose record timestamp is at or after the given one (epoch ms);
+    ``None`` when it has none."""
+    if not stamps:
+        return {}
+    try:
+        found = consumer.offsets_for_times([TopicPartition(t, p, ts) for (t, p), ts in stamps.items()],
+                                           timeout=_timeout(opts))
+    except KafkaException as exc:
+        raise ControlMsgError(f"cannot look offsets up by timestamp on {opts.topic!r}: {exc.args[0]}") from exc
+    out: dict[TP, int | None] = {}
+    for tp in found:
+        if tp.error is not None:
+            raise ControlMsgError(f"cannot look offsets up by timestamp on topic {tp.topic!r} partition "
+                                  f"{tp.partition}: {tp.error.str()}")
+        out[(tp.topic, tp.partition)] = None if tp.offset < 0 else int(tp.offset)
+    return out
+
+
+# ------------------------------------------------------------------------------------ where a read starts, stops
+
+
+def _named(bound: Bound, parts: Sequence[TP]) -> dict[TP, int]:
+    """A JSON bound's numbers, checked to name every partition read and no other (as ``format("kafka")``
+    asks)."""
+    given = bound.per_partition()
+    missing = sorted(set(parts) - set(given))
+    unknown = sorted(set(given) - set(parts))
+    if missing or unknown:
+        raise ValueError(f"option {bound.option!r} must name every partition read, and only those (-2 earliest, "
+                         f"-1 latest): " + "; ".join(
+                             ([f"missing {_tps(missing)}"] if missing else []) +
+                             ([f"not read {_tps(unknown)}"] if unknown else [])))
+    return given
+
+
+def _tps(tps: Sequence[TP]) -> str:
+    return ", ".join(f"{t}:{p}" for t, p in tps[:8]) + (f" and {len(tps) - 8} more" if len(tps) > 8 else "")
+
+
+def _starts(opts: ReadOptions, consumer: Consumer, spans: Mapping[TP, tuple[int, int]], *,
+            batch: bool) -> dict[TP, int]:
+    """Where each partition is read from, by the starting options (``startingTimestamp``, else
+    ``startingOffsetsByTimestamp``, else ``startingOffsets``), checked against what the partitions hold."""
+    pos = _positions_of(opts)
+    bound = pos.starting
+    parts = sorted(spans)
+    if bound.kind == "earliest":
+        return {tp: lo for tp, (lo, _) in spans.items()}
+    if bound.kind == "latest":
+        if batch:
+            raise ValueError("option 'startingOffsets' latest is for streams: a batch read from the end reads "
+                             "nothing (format(\"kafka\") refuses it too)")
+        return {tp: hi for tp, (_, hi) in spans.items()}
+    if bound.kind in ("timestamp", "timestamps"):
+        stamps = ({tp: bound.timestamp for tp in parts if bound.timestamp is not None} if bound.kind == "timestamp"
+                  else _named(bound, parts))
+        found = _at_times(opts, consumer, stamps)
+        out = {}
+        for tp in parts:
+            offset = found.get(tp)
+            if offset is None:
+                if pos.timestamp_strategy == "error":
+                    raise ValueError(f"option {bound.option!r}: topic {tp[0]!r} partition {tp[1]} has no record at "
+                                     f"or after {stamps[tp]}; startingOffsetsByTimestampStrategy latest starts "
+                                     "such a partition at its end")
+                offset = spans[tp][1]
+            out[tp] = offset
+        return out
+    out = {}
+    for tp, offset in _named(bound, parts).items():
+        lo, hi = spans[tp]
+        if offset == LATEST:
+            if batch:
+                raise ValueError(f"option {bound.option!r}: -1 (latest) is for streams: a batch read from the end "
+                                 "reads nothing")
+            offset = hi
+        elif offset == EARLIEST:
+            offset = lo
+        elif offset < lo or offset > hi:
+            offset = _lost(opts, tp, offset, lo, hi, bound.option)
+        out[tp] = offset
+    return out
+
+
+def _ends(opts: ReadOptions, consumer: Consumer, spans: Mapping[TP, tuple[int, int]]) -> dict[TP, int]:
+    """Where a batch read stops on each partition (not read), by ``endingTimestamp``, else
+    ``endingOffsetsByTimestamp``, else ``endingOffsets``; a partition with no record at or after the
+    timestamp stops at its end, as in ``format("kafka")``."""
+    bound = _positions_of(opts).ending
+    parts = sorted(spans)
+    if bound.kind == "latest":
+        return {tp: hi for tp, (_, hi) in spans.items()}
+    if bound.kind in ("timestamp", "timestamps"):
+        stamps = ({tp: bound.timestamp for tp in parts if bound.timestamp is not None} if bound.kind == "timestamp"
+                  else _named(bound, parts))
+        found = _at_times(opts, consumer, stamps)
+        return {tp: spans[tp][1] if found.get(tp) is None else min(cast(int, found[tp]), spans[tp][1])
+                for tp in parts}
+    out = {}
+    for tp, offset in _named(bound, parts).items():
+        hi = spans[tp][1]
+        if offset == LATEST:
+            offset = hi
+        elif offset > hi:
+            raise ValueError(f"option {bound.option!r}: topic {tp[0]!r} partition {tp[1]} ends at {hi} now, before "
+                             f"{offset}: a batch read reads what is there")
+        out[tp] = offset
+    return out
+
+
+def _lost(opts: ReadOptions, tp: TP, offset: int, lo: int, hi: int, what: str) -> int:
+    """An offset to read from that the partition no longer holds (``[lo, hi]`` it holds): a
+    :class:`DataLoss` unless ``failOnDataLoss`` is false, which reads on from the log start."""
+    if _positions_of(opts).fail_on_data_loss:
+        raise DataLoss(f"topic {tp[0]!r} partition {tp[1]}: {what} is offset {offset}, but the partition holds "
+                       f"{lo} to {hi} now: records were lost (retention, or the topic made anew); the option "
+                       "failOnDataLoss false skips them and reads on")
+    return lo
+
+
+# ------------------------------------------------------------------------------------ offsets in Spark's log
+
+
+def _offset(positions: Mapping[TP, int], *, ended: bool) -> dict[str, Any]:
+    offsets: dict[str, dict[str, int]] = {}
+    for (t, p), o in sorted(positions.items()):
+        offsets.setdefault(t, {})[str(p)] = o
+    return {"format": _FORMAT, "envelope": _ENVELOPE, "offsets": offsets, "ended": ended}
+
+
+def _positions(offset: dict[str, Any], opts: ReadOptions) -> dict[TP, int]:
+    if is_plain_offset(offset) and offset.get("format") == _FORMAT:
+        return {(t, int(p)): int(o) for t, parts in offset["offsets"].items() for p, o in parts.items()}
+    if is_plain_offset(offset) and offset.get("format") == _FORMAT_ONE_TOPIC and len(opts.subscription.topics) == 1:
+        topic = opts.subscription.topics[0]
+        return {(topic, int(p)): int(o) for p, o in offset["offsets"].items()}
+    raise ControlMsgError("the streaming checkpoint's offset is not a plain (envelope none) controlmsg offset of "
+                          f"format {_FORMAT}, or of format {_FORMAT_ONE_TOPIC} for the one 'topic' read: "
+                          f"{str(offset)[:200]}; a query's checkpoint belongs to its source: start the query with "
+                          "a new checkpointLocation")
+
+
+def _logged_groups(end: dict[str, Any], opts: ReadOptions) -> list[tuple[str, list[int]]] | None:
+    groups = end.get("groups")
+    if not isinstance(groups, list):
+        return None
+    if end.get("format") == _FORMAT_ONE_TOPIC:
+        return [(opts.subscription.topics[0], [int(p) for p in g]) for g in groups]
+    return [(str(t), [int(p) for p in ps]) for t, ps in groups]
+
+
+def _plan(begin: Mapping[TP, int], end: Mapping[TP, int], opts: ReadOptions,
+          groups: list[tuple[str, list[int]]] | None = None) -> list[PlainRanges]:
+    chosen = plain_groups(begin, end, opts) if groups is None else groups
+    return [PlainRanges(t, [(p, begin.get((t, p), 0), end[(t, p)]) for p in ps]) for t, ps in chosen]
+
+
+# ------------------------------------------------------------------------------------ the readers
 
 
 class PlainBatchReader(DataSourceReader):
@@ -99,18 +328,23 @@ class PlainBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
-        count = wait_for_topic(dict(opts.config), opts.topic, opts.timeout)
-        check_dead_letters(opts)
         consumer = Consumer(consumer_conf(opts, eof=False))
         try:
-            spans = _ends(opts, consumer, range(count))
+            spans = _spans(opts, consumer, _discover(opts, consumer, wait=True))
+            begin = _starts(opts, consumer, spans, batch=True)
+            end = _ends(opts, consumer, spans)
         finally:
             consumer.close()
-        return _plan({p: lo for p, (lo, _) in spans.items()}, {p: hi for p, (_, hi) in spans.items()}, opts)
+        for tp in sorted(spans):
+            if begin[tp] > end[tp]:
+                pos = _positions_of(opts)
+                raise ValueError(f"topic {tp[0]!r} partition {tp[1]}: the read would start at {begin[tp]} "
+                                 f"({pos.starting.option}) after it ends at {end[tp]} ({pos.ending.option})")
+        return _plan(begin, end, opts)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, PlainRanges)
-        return _read(self.opts, self.schema, partition.ranges)
+        return _read(self.opts, self.schema, partition)
 
 
 class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -120,68 +354,121 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         _refuse_watermark(schema)
         batch_builder(schema, options)
+        pos = _positions_of(options)
+        if pos.ending_given:
+            raise ValueError(f"option {pos.ending.option!r} is for batch reads; a stream reads on (to stop at what "
+                             "the topic holds when it starts: trigger(availableNow=True), with availableNowEnds "
+                             "true to end the stream there)")
         self.opts = options
         self.schema = schema
         self._consumer: Consumer | None = None
-        self._target: dict[int, int] | None = None  # availableNow: the end of the input
+        self._target: dict[TP, int] | None = None  # availableNow: the end of the input
+        self._last_trigger = 0.0  # minOffsetsPerTrigger: when the last micro-batch was planned (monotonic s)
         self._planned: dict[str, Any] | None = None  # what latestOffset returned last: reportLatestOffset's start
-        self._latest: LatestOffsets | None = None
+        self._latest: dict[str, LatestOffsets] = {}  # by topic
 
     def initialOffset(self) -> dict[str, Any]:
-        spans = _ends(self.opts, self._open(), self._topic_partitions())
-        latest = self.opts.starting_offsets == "latest"
-        return _offset({p: hi if latest else lo for p, (lo, hi) in spans.items()}, ended=False)
+        consumer = self._open()
+        spans = _spans(self.opts, consumer, _discover(self.opts, consumer, wait=True))
+        return _offset(_starts(self.opts, consumer, spans, batch=False), ended=False)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        spans = _ends(self.opts, self._open(), self._topic_partitions())
-        self._target = {p: hi for p, (_, hi) in spans.items()}
+        consumer = self._open()
+        spans = _spans(self.opts, consumer, _discover(self.opts, consumer, wait=True))
+        self._target = {tp: hi for tp, (_, hi) in spans.items()}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_offsets_per_trigger
         return ReadAllAvailable() if n is None else ReadMaxRows(n)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        begin = _positions(start)
-        parts = self._topic_partitions(refresh=True)
+        opts = self.opts
+        pos = _positions_of(opts)
+        logged = _positions(start, opts)
+        consumer = self._open()
+        spans = _spans(opts, consumer, _discover(opts, consumer, wait=False))
+        gone = sorted(set(logged) - set(spans))
+        if gone and pos.fail_on_data_loss:
+            raise DataLoss(f"{_tps(gone)} (topic:partition) of {opts.topic!r} are gone: a topic or partition was "
+                           "deleted; the option failOnDataLoss false reads on without them")
+        # Where this micro-batch reads each partition from: the logged offset, else a partition's log start
+        # (one that appeared since, or whose offsets are gone under failOnDataLoss false).
+        reading: dict[TP, int] = {}
+        for tp, (lo, hi) in spans.items():
+            at = logged.get(tp)
+            if at is None:
+                reading[tp] = lo
+            elif at < lo or at > hi:
+                reading[tp] = _lost(opts, tp, at, lo, hi, "the query's next offset")
+            else:
+                reading[tp] = at
         if self._target is not None:
-            end = {p: max(self._target.get(p, begin.get(p, 0)), begin.get(p, 0)) for p in parts}
+            end = {tp: max(self._target.get(tp, at), at) for tp, at in reading.items()}
         else:
-            spans = _ends(self.opts, self._open(), parts)
-            end = {p: max(hi, begin.get(p, lo)) for p, (lo, hi) in spans.items()}
-            for p in parts:  # a partition added since: from its start
-                begin.setdefault(p, spans[p][0])
+            end = {tp: max(spans[tp][1], at) for tp, at in reading.items()}
+        if (pos.min_offsets_per_trigger is not None and self._target is None
+                and 0 < _count(reading, end) < pos.min_offsets_per_trigger
+                and time.monotonic() - self._last_trigger < pos.max_trigger_delay_ms / 1000.0):
+            self._planned = start
+            return start  # wait for more (minOffsetsPerTrigger), at most maxTriggerDelay since the last one
         if isinstance(limit, ReadMaxRows):
-            end = _limited(begin, end, limit.max_rows)
-        ended = (self.opts.available_now_ends and self._target is not None
-                 and all(end[p] >= self._target.get(p, 0) for p in parts))
-        offset = _offset(end, ended=ended)
-        if offset["offsets"] == start["offsets"] and not (ended and not start.get("ended")):
+            end = _limited(reading, end, limit.max_rows)
+        ended = (opts.available_now_ends and self._target is not None
+                 and all(end[tp] >= self._target.get(tp, 0) for tp in end))
+        if end == logged and not (ended and not start.get("ended")):
             self._planned = start
             return start  # nothing new (under availableNow: the query ends)
+        self._last_trigger = time.monotonic()
+        offset = _offset(end, ended=ended)
+        moved = {tp: at for tp, at in reading.items() if at != logged.get(tp)}
+        if moved:
+            offset["from"] = _offset(moved, ended=False)["offsets"]
         # The tasks are planned now and logged with the offset: a micro-batch replayed after a restart with
         # other options (maxTasks...) runs the same tasks, whose ids the writer's exactly-once relies on.
-        offset["groups"] = stream_groups(begin, end, self.opts)
+        offset["groups"] = [[t, ps] for t, ps in plain_groups(reading, end, opts)]
         self._planned = offset
         return offset
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """The partitions' end offsets now and the lag behind them of the micro-batch just planned, for
-        the progress's ``latestOffset`` (:mod:`controlmsg.spark.source_progress`)."""
+        the progress's ``latestOffset`` (:mod:`controlmsg.spark.source_progress`). A read of several topics
+        reports them as one: ``topic`` names them comma-separated, ``offsets`` is by topic (the shape of its
+        own offsets) and the lag is over every partition of every topic."""
         if self._planned is None:
             return None
-        if self._latest is None:
-            self._latest = LatestOffsets(dict(self.opts.config), self.opts.topic)
-        ask = self._latest
-        return lag_report(self.opts.topic, lambda parts: ask(parts, REPORT_TIMEOUT_S), _positions(self._planned))
+        by_topic: dict[str, dict[int, int]] = {}
+        for (topic, partition), at in _positions(self._planned, self.opts).items():
+            by_topic.setdefault(topic, {})[partition] = at
+        if len(by_topic) == 1:
+            ((topic, consumed),) = by_topic.items()
+            ask = self._latest_of(topic)
+            return lag_report(topic, lambda parts: ask(parts, REPORT_TIMEOUT_S), consumed)
+        names = ",".join(sorted(by_topic))
+        try:
+            latest = {t: self._latest_of(t)(sorted(c), REPORT_TIMEOUT_S) for t, c in sorted(by_topic.items())}
+        except ControlMsgError as exc:
+            return {"source": SOURCE, "topic": names, "metrics": {"latestOffsetsError": str(exc)}}
+        tps = [(t, p) for t in sorted(latest) for p in sorted(latest[t])]
+        lag = lag_metrics({i: by_topic[t].get(p, latest[t][p]) for i, (t, p) in enumerate(tps)},
+                          {i: latest[t][p] for i, (t, p) in enumerate(tps)})
+        return {"source": SOURCE, "topic": names, "metrics": lag,
+                "offsets": {t: {str(p): o for p, o in sorted(ends.items())} for t, ends in latest.items()}}
+
+    def _latest_of(self, topic: str) -> LatestOffsets:
+        if topic not in self._latest:
+            self._latest[topic] = LatestOffsets(dict(self.opts.config), topic)
+        return self._latest[topic]
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        groups = end.get("groups")
-        return _plan(_positions(start), _positions(end), self.opts,
-                     [[int(p) for p in g] for g in groups] if isinstance(groups, list) else None)
+        begin = _positions(start, self.opts)
+        moved = end.get("from")  # partitions read from elsewhere than the start offset (see latestOffset)
+        if isinstance(moved, dict):
+            begin.update({(t, int(p)): int(o) for t, parts in moved.items() for p, o in parts.items()})
+        return _plan(begin, _positions(end, self.opts), self.opts, _logged_groups(end, self.opts))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, PlainRanges)
-        return _read(self.opts, self.schema, partition.ranges)
+        return _read(self.opts, self.schema, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         pass  # the position lives in Spark's offset log
@@ -196,48 +483,30 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._consumer = Consumer(consumer_conf(self.opts, eof=False))
         return self._consumer
 
-    def _topic_partitions(self, refresh: bool = False) -> list[int]:
-        if refresh:
-            metadata = self._open().list_topics(self.opts.topic, timeout=self.opts.timeout or 30.0)
-            topic = metadata.topics.get(self.opts.topic)
-            if topic is not None and topic.error is None and topic.partitions:
-                return sorted(topic.partitions)
-        count = wait_for_topic(dict(self.opts.config), self.opts.topic, self.opts.timeout)
-        check_dead_letters(self.opts)
-        return list(range(count))
+
+def _count(begin: Mapping[TP, int], end: Mapping[TP, int]) -> int:
+    return sum(max(end[tp] - begin.get(tp, 0), 0) for tp in end)
 
 
-def _offset(positions: dict[int, int], *, ended: bool) -> dict[str, Any]:
-    return {"format": _FORMAT, "envelope": _ENVELOPE,
-            "offsets": {str(p): o for p, o in sorted(positions.items())}, "ended": ended}
-
-
-def _positions(offset: dict[str, Any]) -> dict[int, int]:
-    if not is_plain_offset(offset) or offset.get("format") != _FORMAT:
-        raise ControlMsgError("the streaming checkpoint's offset is not a plain (envelope none) controlmsg offset "
-                              f"of format {_FORMAT}: {str(offset)[:200]}; a query's checkpoint belongs to its "
-                              "source: start the query with a new checkpointLocation")
-    return {int(p): int(o) for p, o in offset["offsets"].items()}
-
-
-def _limited(begin: dict[int, int], end: dict[int, int], max_rows: int) -> dict[int, int]:
+def _limited(begin: Mapping[TP, int], end: dict[TP, int], max_rows: int) -> dict[TP, int]:
     """``end`` cut so that at most ``max_rows`` offsets are read in all, each partition getting a share in
     proportion to what it has (at least one offset while it has any, so that every partition moves)."""
-    spans = {p: end[p] - begin.get(p, 0) for p in end}
+    spans = {tp: max(end[tp] - begin.get(tp, 0), 0) for tp in end}
     total = sum(spans.values())
     if total <= max_rows:
         return end
-    return {p: begin.get(p, 0) + (min(span, max(1, span * max_rows // total)) if span else 0)
-            for p, span in spans.items()}
+    return {tp: begin.get(tp, 0) + min(span, max(1, span * max_rows // total)) if span else end[tp]
+            for tp, span in spans.items()}
 
 
-def _read(opts: ReadOptions, schema: StructType, ranges: Sequence[tuple[int, int, int]]) -> Iterator[pa.RecordBatch]:
-    """Read the ``[start, end)`` offsets of some partitions of a plain topic into Arrow batches of
-    ``schema`` (runs in a worker): :func:`~controlmsg.spark.consuming.read_ranges` with every record kept
-    as it is. End-of-partition events are on: the last offsets may be transaction markers or aborted
+def _read(opts: ReadOptions, schema: StructType, part: PlainRanges) -> Iterator[pa.RecordBatch]:
+    """Read the ``[start, end)`` offsets of some partitions of one topic of a plain read into Arrow batches
+    of ``schema`` (runs in a worker): :func:`~controlmsg.spark.consuming.read_ranges` with every record
+    kept as it is. End-of-partition events are on: the last offsets may be transaction markers or aborted
     records, which ``read_committed`` does not deliver."""
-    build, _ = batch_builder(schema, opts)
-    yield from read_ranges(opts, build, ranges, _PlainRecords(), eof=True)
+    task_opts = dataclasses.replace(opts, topic=part.topic)
+    build, _ = batch_builder(schema, task_opts)
+    yield from read_ranges(task_opts, build, part.ranges, _PlainRecords(), eof=True)
 
 
 class _PlainRecords:

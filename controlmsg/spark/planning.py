@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING
 from pyspark.sql.datasource import InputPartition
@@ -26,6 +26,7 @@ __all__ = [
     "PlainRanges",
     "StreamRange",
     "TopicPartitions",
+    "plain_groups",
     "stream_groups",
     "task_groups",
 ]
@@ -61,16 +62,20 @@ class StreamRange(InputPartition):
 
 
 class PlainRanges(InputPartition):
-    """One plain-topic task's share (:mod:`controlmsg.spark.plain`): partitions with their ``[start, end)``
-    offsets."""
+    """One plain-topic task's share (:mod:`controlmsg.spark.plain`): partitions of one ``topic`` with their
+    ``[start, end)`` offsets."""
 
-    def __init__(self, ranges: Sequence[tuple[int, int, int]]) -> None:
-        super().__init__(tuple(ranges))
+    def __init__(self, topic: str, ranges: Sequence[tuple[int, int, int]]) -> None:
+        super().__init__((topic, tuple(ranges)))
+        self.topic = topic
         self.ranges = tuple(ranges)
 
 
-def task_groups(partitions: Sequence[int], opts: ReadOptions,
-                sizes: Mapping[int, int] | None = None) -> list[list[int]]:
+_Key = TypeVar("_Key", int, tuple[str, int])
+
+
+def task_groups(partitions: Sequence[_Key], opts: ReadOptions,
+                sizes: Mapping[_Key, int] | None = None) -> list[list[_Key]]:
     """The reading tasks' shares of ``partitions``. With ``partitionsPerTask`` or ``maxTasks`` given: runs of
     ``partitionsPerTask`` (default 1) partitions, more per task when there would be more tasks than
     ``maxTasks``. With neither, and the ``sizes`` (offsets per partition) known: one task per
@@ -83,7 +88,7 @@ def task_groups(partitions: Sequence[int], opts: ReadOptions,
         total = sum(sizes.get(p, 0) for p in parts)
         n = min(len(parts), max(MIN_TASKS, -(-total // RECORDS_PER_TASK)))
         tasks: list[tuple[int, int, int]] = [(0, 0, i) for i in range(n)]  # (offsets, partitions, index)
-        shares: list[list[int]] = [[] for _ in range(n)]
+        shares: list[list[_Key]] = [[] for _ in range(n)]
         for p in sorted(parts, key=lambda q: -sizes.get(q, 0)):
             offsets, count, i = heapq.heappop(tasks)
             shares[i].append(p)
@@ -99,4 +104,18 @@ def stream_groups(begin: Mapping[int, int], stop: Mapping[int, int], opts: ReadO
     """The reading tasks of a micro-batch from ``begin`` to ``stop``: the partitions that moved, grouped."""
     moved = [p for p in sorted(stop) if stop[p] != begin.get(p, OFFSET_BEGINNING)]
     return task_groups(moved, opts, {p: max(stop[p] - max(begin.get(p, 0), 0), 0) for p in moved})
+
+
+def plain_groups(begin: Mapping[tuple[str, int], int], stop: Mapping[tuple[str, int], int],
+                 opts: ReadOptions) -> list[tuple[str, list[int]]]:
+    """The reading tasks of a plain read (:mod:`controlmsg.spark.plain`) from ``begin`` to ``stop``, per
+    topic and partition: the partitions that have offsets to read, grouped as :func:`task_groups` groups
+    them over every topic, each group then split by topic (a task reads one topic: at most one more task
+    per topic, never more tasks than partitions)."""
+    moved = [tp for tp in sorted(stop) if stop[tp] > begin.get(tp, 0)]
+    out: list[tuple[str, list[int]]] = []
+    for group in task_groups(moved, opts, {tp: stop[tp] - begin.get(tp, 0) for tp in moved}):
+        for topic in sorted({t for t, _ in group}):
+            out.append((topic, [p for t, p in group if t == topic]))
+    return out
 

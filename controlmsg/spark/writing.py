@@ -49,7 +49,11 @@ maps as JSON objects and arrays. Keys are the ``key`` column as a string (null w
 With the option ``value`` (a string or binary column) a record's payload is that column's bytes as they
 are instead, serialized by Spark itself (``to_json(struct(*))``, ``to_avro``...) as for ``format("kafka")``:
 no Python object per row (the other columns serve ``key`` and ``eventTime`` and are not written). A null in
-it fails the task, naming the row.
+it fails the task, naming the row. A column ``headers`` of ``format("kafka")``'s type
+(``array<struct<key:string,value:binary>>``, value string taken too) is each record's headers, sent after
+controlmsg's own (``controlmsg-run`` first, which readers look at) and left out of the JSON value; a header
+whose name starts ``controlmsg-`` fails the task in one line, so that no row can pass for another run or
+task (a ``headers`` column of any other type is a field of the value, as before).
 """
 
 from __future__ import annotations
@@ -91,7 +95,7 @@ from controlmsg.kafka.admin import create_topic, partition_count
 from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
 from controlmsg.kafka.refusals import mark_reached
 from controlmsg.kafka.settings import worker_logging
-from controlmsg.kafka.writer import ControlWriter, fence_transactions
+from controlmsg.kafka.writer import RESERVED_HEADER_PREFIX, ControlWriter, fence_transactions
 from controlmsg.spark.chunks import Chunks
 from controlmsg.spark.options import STAGE_PROGRESS_DRIVER, STAGE_PROGRESS_OFFSET_LOG, WriteOptions
 from controlmsg.spark.progress import Progress
@@ -141,6 +145,9 @@ class _Plan:
     event_time_index: int | None
     value_index: int | None = None
     """The column whose bytes are each record's payload (option ``value``); ``None``: the row as JSON."""
+    headers_index: int | None = None
+    """The column ``headers`` (``array<struct<key string, value binary>>``, as ``format("kafka")`` writes
+    it): each row's record headers, after controlmsg's own; not part of the JSON value."""
 
 
 def _plan(opts: WriteOptions, schema: StructType) -> _Plan:
@@ -168,7 +175,8 @@ def _plan(opts: WriteOptions, schema: StructType) -> _Plan:
         if not isinstance(dtype, TimestampType | TimestampNTZType | DateType | NumericType):
             raise ValueError(f"option 'eventTime': column {opts.event_time!r} must be a timestamp, a date or epoch "
                              f"milliseconds (a number), not {dtype.simpleString()}")
-    if not names:
+    headers_index = _headers_column(schema)
+    if not names or names == [_HEADERS]:
         raise ValueError("a record value needs at least one column")
     config = dict(opts.config)
     have = partition_count(config, opts.topic, opts.timeout)
@@ -176,7 +184,32 @@ def _plan(opts: WriteOptions, schema: StructType) -> _Plan:
         create_topic(config, opts.topic, opts.partitions, replication_factor=opts.replication_factor,
                      topic_config=dict(opts.topic_config), timeout=opts.timeout)
         have = opts.partitions
-    return _Plan(opts, have, key_index, event_index, value_index)
+    return _Plan(opts, have, key_index, event_index, value_index, headers_index)
+
+
+_HEADERS: Final = "headers"
+_HEADERS_TYPE: Final = "array<struct<key:string,value:binary>>"
+
+
+def _headers_column(schema: StructType) -> int | None:
+    """The index of the column ``headers`` when it is an array of ``key``/``value`` structs (record
+    headers, as ``format("kafka")`` takes them); ``None`` when there is none, or it is of another type (then
+    it is an ordinary field of the JSON value, as before). A key that is not a string, or a value that is
+    not binary or a string, is refused."""
+    from pyspark.sql.types import ArrayType
+
+    if _HEADERS not in schema.fieldNames():
+        return None
+    dtype = schema[_HEADERS].dataType
+    if not (isinstance(dtype, ArrayType) and isinstance(dtype.elementType, StructType)
+            and dtype.elementType.fieldNames() == ["key", "value"]):
+        return None
+    element = dtype.elementType
+    if not isinstance(element["key"].dataType, StringType) or not isinstance(element["value"].dataType,
+                                                                               BinaryType | StringType):
+        raise ValueError(f"column 'headers' (record headers) must be {_HEADERS_TYPE} (value binary or string), "
+                         f"not {dtype.simpleString()}")
+    return schema.fieldNames().index(_HEADERS)
 
 
 def _refuse_ended(opts: WriteOptions, query: str | None = None) -> dict[str, Any] | None:
@@ -569,6 +602,31 @@ def _payloads(column: pa.Array, plan: _Plan, task: str, rows_before: int) -> lis
     return encode_user_rows(column.cast(pa.binary()).to_pylist())
 
 
+def _record_headers(column: pa.Array, plan: _Plan, task: str,
+                    rows_before: int) -> list[list[tuple[str, bytes | None]] | None]:
+    """The ``headers`` column of a batch as each record's headers. A header named like controlmsg's own
+    (:data:`~controlmsg.kafka.writer.RESERVED_HEADER_PREFIX`), or without a name, fails the task: the
+    run and task headers say whose a record is, and a reader trusts them."""
+    out: list[list[tuple[str, bytes | None]] | None] = []
+    for i, row in enumerate(column.to_pylist()):
+        if not row:
+            out.append(None)
+            continue
+        headers: list[tuple[str, bytes | None]] = []
+        for header in row:
+            name, value = (header or {}).get("key"), (header or {}).get("value")
+            if name is None or name.startswith(RESERVED_HEADER_PREFIX):
+                raise ControlMsgError(
+                    f"write to topic {plan.opts.topic!r}, task {task!r}: row {rows_before + i} of the task has a "
+                    "header "
+                    + ("without a key" if name is None else f"named {name!r}, and names starting "
+                       f"{RESERVED_HEADER_PREFIX!r} are controlmsg's own (the run, the task): rename it")
+                    + " (nothing of this task was committed)")
+            headers.append((name, value.encode() if isinstance(value, str) else value))
+        out.append(headers)
+    return out
+
+
 def _write_rows(writer: ControlWriter, batches: Iterator[pa.RecordBatch], plan: _Plan,
                 chunks: tuple[Chunks, Callable[[], bool]] | None = None) -> tuple[int, int | None]:
     """Send every row as a record, its payload the ``value`` column's bytes or else the row as JSON; return
@@ -590,18 +648,23 @@ def _write_rows(writer: ControlWriter, batches: Iterator[pa.RecordBatch], plan: 
             continue
         if plan.value_index is not None:
             values = _payloads(batch.column(plan.value_index), plan, writer.task_name, rows)
+        elif plan.headers_index is not None:
+            values = encode_json_rows(_utc(batch.drop_columns([_HEADERS])).to_pylist(), _json_default, _JSON_OPTIONS)
         else:
             values = encode_json_rows(_utc(batch).to_pylist(), _json_default, _JSON_OPTIONS)
+        headers = (None if plan.headers_index is None else
+                   _record_headers(batch.column(plan.headers_index), plan, writer.task_name, rows))
         keys: list[Any] | None = None
         if plan.key_index is not None:
             column = batch.column(plan.key_index)
             keys = (column if pa.types.is_string(column.type) else column.cast(pa.string())).to_pylist()
         if chunks is None:
-            send(values, keys)
+            send(values, keys, headers)
         else:
+            left = len(values)
             values, keys = chunks[0].skip(values, keys)
             if values:
-                send(values, keys)
+                send(values, keys, None if headers is None else headers[left - len(values):])
                 chunks[0].sent(values, keys)
                 chunks[1]()
         if plan.event_time_index is not None:

@@ -110,7 +110,7 @@ def test_failfast_names_the_offset_of_the_first_bad_record(
     with pytest.raises(PySparkException, match=rf"topic '{topic}' partition 0 offset 3: the key is not UTF-8"):
         read(spark, topic, bootstrap_servers, "n long, _key string").collect()
     with pytest.raises(PySparkException, match=rf"topic '{topic}' partition 0 offset 3: the key is not UTF-8"):
-        read(spark, topic, bootstrap_servers, None).collect()  # partition, offset, key string, value string
+        read(spark, topic, bootstrap_servers, "partition int, offset long, key string, value string").collect()
     with pytest.raises(PySparkException, match=rf"topic '{topic}' partition 0 offset 4: the value is not UTF-8"):
         read(spark, topic, bootstrap_servers, "partition int, offset long, key binary, value string").collect()
     # and the error says what to do

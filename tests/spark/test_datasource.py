@@ -70,7 +70,8 @@ def test_write_then_read_round_trip(spark: SparkSession, bootstrap_servers: str,
     assert sorted(map(tuple, back.collect()), key=repr) == sorted(naive, key=repr)
 
     # Keys are the key column as text, each user in one partition; values are JSON objects with every column.
-    raw = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers)).load().collect()
+    raw = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers)) \
+        .schema("partition int, offset long, key string, value string").load().collect()  # the names before 30
     assert {r.key for r in raw} == {r[0] for r in rows}
     assert all(len({x.partition for x in raw if x.key == user}) == 1 for user in {r[0] for r in rows})
     sample = next(r.value for r in raw if '"n":null' in r.value)
@@ -125,7 +126,8 @@ def test_a_value_column_is_the_payload_as_it_is(spark: SparkSession, bootstrap_s
         epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
         assert status["maxEventTime"] == (latest - epoch) // dt.timedelta(milliseconds=1)  # from its own column
         made = [r[0] for r in df.select(F.to_json(F.struct(*df.columns))).collect()]
-        raw = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers)).load().collect()
+        raw = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers)) \
+            .schema("key string, value string, partition int").load().collect()
         assert sorted(r.value for r in raw) == sorted(made)  # Spark's bytes, untouched
         assert all(orjson.loads(r.value).get("user") == r.key for r in raw)  # keyed by the key column
         assert all(len({x.partition for x in raw if x.key == r.key}) == 1 for r in raw if r.key is not None)
@@ -278,3 +280,88 @@ def test_secret_options_stay_out_of_the_query_plan(spark: SparkSession, bootstra
     plans = df._jdf.queryExecution().toString()
     assert "controlmsg" in plans
     assert "S3CRET-xyz" not in plans and "K3Y-xyz" not in plans
+
+
+CONNECTOR_COLUMNS = ("struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,"
+                     "timestampType:int")
+HEADERS = "array<struct<key:string,value:binary>>"
+
+
+def test_a_headers_column_is_written_as_record_headers_beside_ours(
+        spark: SparkSession, bootstrap_servers: str, kafka_config: dict[str, Any],
+        new_topic: Callable[..., str]) -> None:
+    """``format("kafka")``'s ``headers`` column: each row's headers go on its record after controlmsg's own
+    (the run first, which readers look at), not into the JSON value; a read gives them back in ``headers``
+    (``includeHeaders``) or ``_headers`` without controlmsg's. A header named like ours fails the task."""
+    from pyspark.sql import functions as F
+
+    topic = new_topic(2)
+    df = spark.createDataFrame([("a", 1, [("trace", b"t-1"), ("empty", None)]), ("b", 2, None), ("c", 3, [])],
+                               f"user string, n int, headers {HEADERS}").coalesce(1)
+    df.write.format("controlmsg").mode("append").options(**options(topic, bootstrap_servers, key="user")).save()
+    wire = {r.value["user"]: r for r in dump_topic(kafka_config, topic) if r.kind == "data"}
+    assert wire["a"].value == {"user": "a", "n": 1}  # not in the value
+    assert [k for k, _ in wire["a"].headers] == ["controlmsg-run", "controlmsg-task", "trace", "empty"]
+    assert wire["a"].headers[2:] == (("trace", b"t-1"), ("empty", None))
+    assert [k for k, _ in wire["b"].headers] == ["controlmsg-run", "controlmsg-task"]
+
+    raw = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers, includeHeaders="true")).load()
+    assert raw.schema.simpleString() == f"{CONNECTOR_COLUMNS},headers:{HEADERS}>"
+    got = {bytes(r.key).decode(): r.headers for r in raw.collect()}
+    assert [(h.key, h.value) for h in got["a"]] == [("trace", b"t-1"), ("empty", None)]  # ours left out
+    assert got["b"] is None and got["c"] is None
+    parsed = (spark.read.format("controlmsg").options(**options(topic, bootstrap_servers))
+              .schema(f"user string, _headers {HEADERS}, _topic string").load())
+    assert parsed.where(F.size("_headers") == 2).select("user", "_topic").collect() == [("a", topic)]
+
+    clash = spark.createDataFrame([("x", [("controlmsg-run", b"other")])], f"user string, headers {HEADERS}")
+    with pytest.raises(PySparkException, match=r"row 0 of the task has a header named 'controlmsg-run', and names "
+                                               r"starting 'controlmsg-' are controlmsg's own"):
+        clash.write.format("controlmsg").mode("append").options(**options(new_topic(1), bootstrap_servers)).save()
+    wrong = spark.createDataFrame([("x", [(1, b"v")])], "user string, headers array<struct<key:int,value:binary>>")
+    with pytest.raises(PySparkException, match="column 'headers' \\(record headers\\) must be"):
+        wrong.write.format("controlmsg").mode("append").options(**options(new_topic(1), bootstrap_servers)).save()
+
+
+def test_an_intermediate_topic_has_the_connectors_columns_and_refuses_plain_options(
+        spark: SparkSession, bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
+    """A read without a schema gives ``format("kafka")``'s columns and types; the options that position or
+    bound a read of a plain topic are refused on an intermediate topic, which is read from its run's start
+    to its end of stream, each in one line that says why."""
+    from pyspark.sql import functions as F
+
+    from controlmsg.spark.options import ReadOptions
+
+    topic = new_topic(2)
+    df = spark.createDataFrame([("a", 1), ("b", 2)], "user string, n int")
+    df.write.format("controlmsg").mode("append").options(**options(topic, bootstrap_servers, key="user")).save()
+    raw = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers)).load()
+    assert raw.schema.simpleString() == CONNECTOR_COLUMNS + ">"
+    rows = raw.select(F.col("key").cast("string").alias("k"), F.col("value").cast("string").alias("v"), "topic",
+                      "timestampType", (F.unix_millis("timestamp") > 1_700_000_000_000).alias("recent")).collect()
+    assert sorted(rows) == [("a", '{"user":"a","n":1}', topic, 0, True), ("b", '{"user":"b","n":2}', topic, 0, True)]
+    same = (spark.read.format("controlmsg").options(**options("", bootstrap_servers)).option("subscribe", topic)
+            .schema("n int").load())  # subscribe of one topic: the topic
+    assert sorted(r.n for r in same.collect()) == [1, 2]
+
+    refused = {
+        "startingOffsets": ("earliest", "starts where its run starts"),
+        "startingTimestamp": ("1000", "starts where its run starts"),
+        "endingOffsets": ("latest", "ends at its run's end of stream"),
+        "endingOffsetsByTimestamp": ('{"t": {"0": 1}}', "ends at its run's end of stream"),
+        "minOffsetsPerTrigger": ("10", "holding records back would hold its watermark back"),
+        "subscribePattern": ("t.*", "give it as 'topic'"),
+        "failOnDataLoss": ("false", "a gap breaks its run's bookkeeping"),
+        "minPartitions": ("8", "use 'maxTasks' or 'partitionsPerTask'"),
+    }
+    for name, (value, why) in refused.items():
+        opts = {**options(topic, bootstrap_servers), name: value}
+        if name == "subscribePattern":
+            del opts["topic"]
+        with pytest.raises(ValueError, match=f"option '{name}'.*{why}"):
+            ReadOptions.parse(opts)
+    with pytest.raises(ValueError, match="several topics are for a plain topic"):
+        ReadOptions.parse({**options("", bootstrap_servers), "subscribe": f"{topic},other"})
+    with pytest.raises(PySparkException, match="option 'startingOffsets' is for a plain topic"):
+        (spark.read.format("controlmsg").options(**options(topic, bootstrap_servers, startingOffsets="earliest"))
+         .load().collect())

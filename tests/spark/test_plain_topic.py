@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import pytest
 from confluent_kafka import Consumer, Producer
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -134,3 +135,204 @@ def test_a_stateless_stage_over_a_plain_topic_ends_its_run_with_a_bounded_input(
     ids = [r["id"] for r in got.collect()]
     assert sorted(ids) == list(range(700)), "every source record once"
     assert got.where(F.col("amount") * 4 != F.col("id")).count() == 0
+
+
+# ------------------------------------------------------------------------------------ format("kafka")'s ways
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+HEADERS = "array<struct<key:string,value:binary>>"
+
+
+def produce_timed(config: dict[str, Any], topic: str, partitions: int, count: int) -> None:
+    """``count`` records on each partition, record ``i`` stamped ``T0 + i`` seconds, value
+    ``{"id": i, "p": partition}``."""
+    producer = Producer(config)
+    for p in range(partitions):
+        for i in range(count):
+            producer.produce(topic, orjson.dumps({"id": i, "p": p}), partition=p, timestamp=T0 + i * 1000)
+    producer.flush(30)
+
+
+def test_a_read_has_the_connectors_columns_and_headers(
+        spark: SparkSession, kafka_config: dict[str, Any], bootstrap_servers: str,
+        new_topic: Callable[..., str]) -> None:
+    """Without a schema: ``format("kafka")``'s columns in its order and types, ``headers`` with
+    ``includeHeaders``; a JSON schema asks for them with ``_``; the raw names of before still work."""
+    topic = new_topic(2)
+    producer = Producer(kafka_config)
+    producer.produce(topic, b'{"id": 1}', key=b"k1", partition=0, timestamp=T0, headers=[("h", b"v"), ("n", None)])
+    producer.produce(topic, b'{"id": 2}', partition=1, timestamp=T0 + 1000)
+    producer.flush(30)
+    df = spark.read.format("controlmsg").options(**plain(topic, bootstrap_servers, includeHeaders="true")).load()
+    assert df.schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,"
+        f"timestampType:int,headers:{HEADERS}>")
+    rows = sorted(df.select("*", F.unix_millis("timestamp").alias("ms")).collect(), key=lambda r: r.partition)
+    assert [(r.key, bytes(r.value), r.topic, r.partition, r.offset, r.ms, r.timestampType) for r in rows] == [
+        (b"k1", b'{"id": 1}', topic, 0, 0, T0, 0), (None, b'{"id": 2}', topic, 1, 0, T0 + 1000, 0)]
+    assert [(h.key, h.value) for h in rows[0].headers] == [("h", b"v"), ("n", None)] and rows[1].headers is None
+    no_headers = spark.read.format("controlmsg").options(**plain(topic, bootstrap_servers)).load()
+    assert "headers" not in no_headers.columns
+    parsed = (spark.read.format("controlmsg").options(**plain(topic, bootstrap_servers))
+              .schema(f"id long, _topic string, _timestamp timestamp, _timestampType int, _headers {HEADERS}, "
+                      "_key string, _partition int, _offset long").load()
+              .select("id", "_topic", F.unix_millis("_timestamp"), "_timestampType", F.size("_headers"), "_key",
+                      "_partition", "_offset"))
+    assert sorted(map(tuple, parsed.collect())) == [(1, topic, T0, 0, 2, "k1", 0, 0),
+                                                    (2, topic, T0 + 1000, 0, None, None, 1, 0)]
+    before = (spark.read.format("controlmsg").options(**plain(topic, bootstrap_servers))
+              .schema("partition int, offset long, key string, value string").load())
+    assert sorted(map(tuple, before.collect())) == [(0, 0, "k1", '{"id": 1}'), (1, 0, None, '{"id": 2}')]
+    with pytest.raises(PySparkException, match="the field '_timestamp' is the record's timestamp: declare it "
+                                               "timestamp, not string"):
+        (spark.read.format("controlmsg").options(**plain(topic, bootstrap_servers))
+         .schema("id long, _timestamp string").load().collect())
+
+
+def test_batch_reads_positioned_and_bounded_as_format_kafka(
+        spark: SparkSession, kafka_config: dict[str, Any], bootstrap_servers: str,
+        new_topic: Callable[..., str]) -> None:
+    """``subscribe`` of two topics, ``subscribePattern``, ``assign``; ``startingOffsets``/``endingOffsets``
+    as JSON, the timestamp forms and their strategy; the refusals, each in one line."""
+    prefix = f"pos-{time.monotonic_ns()}"
+    a, b = new_topic(2, prefix=f"{prefix}-a"), new_topic(1, prefix=f"{prefix}-b")
+    produce_timed(kafka_config, a, 2, 10)
+    produce_timed(kafka_config, b, 1, 10)
+
+    def ids(**more: str) -> list[tuple[str, int, int]]:
+        opts = {"envelope": "none", "kafka.bootstrap.servers": bootstrap_servers, "timeout": "30", **more}
+        df = spark.read.format("controlmsg").options(**opts).schema("id long, _topic string, _partition int").load()
+        return sorted(({a: "a", b: "b"}[r._topic], r._partition, r.id) for r in df.collect())
+
+    def count(**more: str) -> dict[tuple[str, int], list[int]]:
+        out: dict[tuple[str, int], list[int]] = {}
+        for t, p, i in ids(**more):
+            out.setdefault((t, p), []).append(i)
+        return out
+
+    assert {k: len(v) for k, v in count(subscribe=f"{a},{b}").items()} == {("a", 0): 10, ("a", 1): 10, ("b", 0): 10}
+    assert count(subscribe=f"{a},{b}", startingOffsets=f'{{"{a}": {{"0": 3, "1": -2}}, "{b}": {{"0": 5}}}}',
+                 endingOffsets=f'{{"{a}": {{"0": 7, "1": -1}}, "{b}": {{"0": 6}}}}') == {
+        ("a", 0): [3, 4, 5, 6], ("a", 1): list(range(10)), ("b", 0): [5]}
+    assert count(subscribe=f"{a},{b}", startingTimestamp=str(T0 + 4000), endingTimestamp=str(T0 + 6000)) == {
+        ("a", 0): [4, 5], ("a", 1): [4, 5], ("b", 0): [4, 5]}
+    by_time = f'{{"{a}": {{"0": {T0 + 8000}, "1": {T0}}}, "{b}": {{"0": {T0 + 99_000}}}}}'
+    assert count(subscribe=f"{a},{b}", startingOffsetsByTimestamp=by_time,
+                 startingOffsetsByTimestampStrategy="latest") == {("a", 0): [8, 9], ("a", 1): list(range(10))}
+    assert {k: len(v) for k, v in count(subscribePattern=f"{prefix}-.*",
+                                        endingOffsetsByTimestamp=f'{{"{a}": {{"0": {T0 + 2000}, "1": 0}}, '
+                                                                 f'"{b}": {{"0": {T0 + 99_000}}}}}').items()} == {
+        ("a", 0): 2, ("b", 0): 10}
+    assert count(assign=f'{{"{a}": [1]}}', startingOffsets=f'{{"{a}": {{"1": 8}}}}') == {("a", 1): [8, 9]}
+
+    refusals = {
+        "has no record at or after": {"subscribe": b, "startingTimestamp": str(T0 + 99_000)},
+        "'startingOffsets' latest is for streams": {"subscribe": b, "startingOffsets": "latest"},
+        f"must name every partition read, and only those .*missing {a}:1": {
+            "subscribe": a, "startingOffsets": f'{{"{a}": {{"0": 1}}}}'},
+        "ends at 10 now, before 20": {"subscribe": b, "endingOffsets": f'{{"{b}": {{"0": 20}}}}'},
+        "would start at 5 \\(startingOffsets\\) after it ends at 2": {
+            "subscribe": b, "startingOffsets": f'{{"{b}": {{"0": 5}}}}', "endingOffsets": f'{{"{b}": {{"0": 2}}}}'},
+        "give one of the options 'subscribe', 'subscribePattern'": {"subscribe": b, "subscribePattern": "x"},
+    }
+    for message, more in refusals.items():
+        with pytest.raises(PySparkException, match=message):
+            ids(**more)
+
+
+def test_failOnDataLoss_fails_on_deleted_offsets_or_reads_on(
+        spark: SparkSession, kafka_config: dict[str, Any], bootstrap_servers: str,
+        new_topic: Callable[..., str]) -> None:
+    """Offsets to be read that retention deleted: the read fails naming them (the default, as Spark's), or
+    with ``failOnDataLoss false`` reads on from the log start; a stream the same, from its logged offsets."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+    from pyspark.sql.types import StructType
+
+    from controlmsg.spark.options import ReadOptions
+    from controlmsg.spark.plain import DataLoss, PlainStreamReader
+
+    topic = new_topic(1)
+    produce_timed(kafka_config, topic, 1, 10)
+    admin = AdminClient(kafka_config)
+    for future in admin.delete_records([TopicPartition(topic, 0, 4)]).values():
+        future.result(30)
+    from_two = f'{{"{topic}": {{"0": 2}}}}'
+    with pytest.raises(PySparkException, match=r"offset 2, but the partition holds 4 to 10 now: records were lost"):
+        spark.read.format("controlmsg").options(**plain(topic, bootstrap_servers, startingOffsets=from_two)).load() \
+            .collect()
+    kept = spark.read.format("controlmsg").options(**plain(topic, bootstrap_servers, startingOffsets=from_two,
+                                                           failOnDataLoss="false")).schema("id long").load()
+    assert sorted(r.id for r in kept.collect()) == [4, 5, 6, 7, 8, 9]
+
+    schema = StructType.fromDDL("id long")
+    assert isinstance(schema, StructType)
+    logged = {"format": 2, "envelope": "none", "offsets": {topic: {"0": 1}}, "ended": False}
+    strict = PlainStreamReader(ReadOptions.parse(plain(topic, bootstrap_servers)), schema)
+    with pytest.raises(DataLoss, match="the query's next offset is offset 1"):
+        strict.latestOffset(logged, ReadAllAvailable())
+    strict.stop()
+    lenient = PlainStreamReader(ReadOptions.parse(plain(topic, bootstrap_servers, failOnDataLoss="false")), schema)
+    end = lenient.latestOffset(logged, ReadAllAvailable())
+    assert end["offsets"] == {topic: {"0": 10}} and end["from"] == {topic: {"0": 4}}
+    [task] = lenient.partitions(logged, end)
+    assert (task.topic, task.ranges) == (topic, ((0, 4, 10),))  # type: ignore[attr-defined]
+    before = {"format": 1, "envelope": "none", "offsets": {"0": 1}, "ended": False}  # a query started before
+    assert lenient.latestOffset(before, ReadAllAvailable())["from"] == {topic: {"0": 4}}
+    lenient.stop()
+
+
+def test_a_stream_waits_for_minOffsetsPerTrigger_at_most_maxTriggerDelay(
+        kafka_config: dict[str, Any], bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
+    """The driver's side of a micro-batch (what Spark asks the reader before each one), as in Spark's
+    connector: the first fires, then a micro-batch waits for ``minOffsetsPerTrigger`` new offsets, or
+    ``maxTriggerDelay`` since the last one."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from controlmsg.spark.options import ReadOptions
+    from controlmsg.spark.plain import PlainStreamReader
+
+    topic = new_topic(2)
+    schema = StructType([StructField("id", LongType())])  # no SparkSession needed for the driver's side
+    every = ReadAllAvailable()
+    patient, hasty = (PlainStreamReader(ReadOptions.parse(plain(topic, bootstrap_servers, minOffsetsPerTrigger="5",
+                                                                maxTriggerDelay=delay)), schema)
+                      for delay in ("1h", "1s"))
+    try:
+        start = patient.initialOffset()
+        assert hasty.initialOffset() == start
+        assert patient.latestOffset(start, every) == start  # nothing there
+        produce_timed(kafka_config, topic, 1, 3)
+        first = patient.latestOffset(start, every)
+        assert first["offsets"] == {topic: {"0": 3, "1": 0}}  # the first fires (no trigger before it)
+        assert hasty.latestOffset(start, every)["offsets"] == first["offsets"]
+        produce_timed(kafka_config, topic, 2, 2)  # 4 more: fewer than 5
+        assert patient.latestOffset(first, every) == first
+        time.sleep(1.1)  # maxTriggerDelay since hasty's last micro-batch: it fires with what there is
+        assert hasty.latestOffset(first, every)["offsets"] == {topic: {"0": 5, "1": 2}}
+        produce_timed(kafka_config, topic, 1, 1)  # 5 now
+        assert patient.latestOffset(first, every)["offsets"] == {topic: {"0": 6, "1": 2}}
+    finally:
+        patient.stop()
+        hasty.stop()
+
+
+def test_a_stream_of_several_topics_from_a_timestamp_to_the_end_of_a_bounded_input(
+        spark: SparkSession, kafka_config: dict[str, Any], bootstrap_servers: str,
+        new_topic: Callable[..., str], tmp_path: Path) -> None:
+    """``subscribe`` of two topics from ``startingTimestamp``, read under ``availableNow``: what the topics
+    held at the start from that time on, once; ``endingOffsets`` is refused on a stream."""
+    a, b = new_topic(2), new_topic(1)
+    produce_timed(kafka_config, a, 2, 6)
+    produce_timed(kafka_config, b, 1, 6)
+    opts = plain("", bootstrap_servers, subscribe=f"{a},{b}", startingTimestamp=str(T0 + 3000))
+    query = (spark.readStream.format("controlmsg").options(**opts).schema("id long, p int, _topic string").load()
+             .writeStream.format("memory").queryName("several_topics")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    assert query.awaitTermination(120)
+    got = sorted(tuple(r) for r in spark.sql("SELECT _topic, p, id FROM several_topics").collect())
+    assert got == sorted((t, p, i) for t, n in ((a, 2), (b, 1)) for p in range(n) for i in (3, 4, 5))
+    with pytest.raises(PySparkException, match="option 'endingOffsets' is for batch reads; a stream reads on"):
+        (spark.readStream.format("controlmsg").options(**plain(a, bootstrap_servers, endingOffsets="latest"))
+         .load().writeStream.format("memory").queryName("refused").start().awaitTermination(30))

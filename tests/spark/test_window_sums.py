@@ -2,8 +2,8 @@
 fraction or an exponent), in the window job (``json_columns``, ``typed_columns``, ``aggregate_windows``)
 and in the sink, whose one file is in (key, window start) order.
 
-Real SparkSession; the window job's parsing is given raw values as the data source reads them (a ``value``
-column of JSON texts), so those need no broker; the sink test reads a real topic.
+Real SparkSession; the window job's parsing is given raw values as the data source reads them (a binary ``value``
+column of JSON), so those need no broker; the sink test reads a real topic.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ HOUR = 3_600_000
 
 
 def windows_of(spark: SparkSession, records: list[dict[str, Any]], sums: list[str]) -> DataFrame:
-    raw = spark.createDataFrame([(orjson.dumps(r).decode(),) for r in records], "value string")
+    raw = spark.createDataFrame([(orjson.dumps(r),) for r in records], "value binary")  # as a read without .schema
     typed, rows = typed_columns(json_columns(raw, {"key": "string", "event_ms": "long"}, sums), sums)
     assert rows == len(records)
     return aggregate_windows(typed, HOUR, sums)
@@ -50,7 +50,7 @@ def test_a_declared_type_wins_over_the_data_and_the_others_still_come_from_it(sp
     integers, a declared long takes what parses as long, the undeclared one is typed by its data."""
     records = [{"key": "a", "event_ms": 10, "n": 1, "x": 2, "m": 5},
                {"key": "a", "event_ms": 20, "n": 4, "x": 2.5, "m": 6}]
-    raw = spark.createDataFrame([(orjson.dumps(r).decode(),) for r in records], "value string")
+    raw = spark.createDataFrame([(orjson.dumps(r),) for r in records], "value binary")  # as a read without .schema
     typed, rows = typed_columns(json_columns(raw, {"key": "string", "event_ms": "long"}, ["n", "x", "m"]),
                                 ["n", "x", "m"], {"n": "double", "x": None, "m": "long"})
     assert rows == 2

@@ -23,6 +23,7 @@ class WireRecord:
     kind: str  # "data", "watermark", "eos"
     task: str | None  # the writing task: from the header (data) or the control message
     value: Any  # decoded JSON (data) or the control message
+    headers: tuple[tuple[str, bytes | None], ...] = ()  # the record's headers, in order
 
 
 def dump_topic(config: dict[str, Any], topic: str, isolation: str = "read_committed") -> list[WireRecord]:
@@ -50,7 +51,8 @@ def dump_topic(config: dict[str, Any], topic: str, isolation: str = "read_commit
                 if isinstance(decoded, bytes):
                     headers = dict(msg.headers() or [])
                     task = headers[HEADER_TASK].decode() if HEADER_TASK in headers else None
-                    out.append(WireRecord(msg.partition(), msg.offset(), "data", task, decode_json_payload(decoded)))
+                    out.append(WireRecord(msg.partition(), msg.offset(), "data", task, decode_json_payload(decoded),
+                                          tuple(msg.headers() or ())))
                 elif isinstance(decoded, WatermarkMessage):
                     out.append(WireRecord(msg.partition(), msg.offset(), "watermark", decoded.task_name, decoded))
                 else:
