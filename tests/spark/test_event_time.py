@@ -11,6 +11,7 @@ late record is counted and kept by a side query; a restart from the checkpoint r
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -402,3 +403,59 @@ def test_a_step_that_can_drop_the_watermark_rows_before_with_watermark_is_refuse
                                                                      "_partition_watermark", "_control")
     assert with_watermark(kept, "ts").filter(F.col("cents") > 0).columns == [
         "user", "ts", "cents", "_watermark", "_partition_watermark"]
+
+
+def filter_pushed_below_the_watermark_node(df: DataFrame, event_time: str) -> DataFrame:
+    """What :func:`with_watermark` would run on a Spark whose optimizer pushed its filter below the watermark
+    node (an upgrade that changed ``PushPredicateThroughNonJoin``): the same columns and watermark node, the
+    watermark rows dropped before the node counts them."""
+    control = F.coalesce(F.col("_control"), F.lit(False))
+    return (df.where(~control).withColumn("_controlmsg_watermark", F.col("_watermark"))
+            .withWatermark("_controlmsg_watermark", "0 seconds")
+            .select(*[F.col(name).alias(name, metadata={"spark.watermarkDelayMs": 0}) if name == event_time
+                      else F.col(name) for name in df.columns if name != "_control"]))
+
+
+@pytest.mark.parametrize("follows", [True, False], ids=["with_watermark", "filter_pushed_below_the_node"])
+def test_a_stage_fails_naming_the_spark_version_when_sparks_watermark_does_not_follow_the_reconciled_one(
+        spark: SparkSession, bootstrap_servers: str, upstream: tuple[Upstream, str], new_topic: Callable[..., str],
+        tmp_path: Path, follows: bool) -> None:
+    """Each micro-batch's sink compares Spark's watermark with the reconciled watermark its input had given by
+    the micro-batch before. With ``with_watermark`` they are equal and the stage ends with its input; with the
+    plan a Spark that pushes the filter would run, the watermark rows never reach the node, Spark's watermark
+    stays at the records' ``_watermark`` (01:00) after the input ended, and the query fails with
+    :class:`~controlmsg.errors.WatermarkNotFollowed`, naming Spark's version."""
+    import pyspark
+
+    up, topic = upstream
+    for task in TASKS:
+        up.records(task, range(TASKS.index(task), 60, 5))
+        up.watermark(task, 60)
+    events = stream(spark, topic, bootstrap_servers)
+    marked = with_watermark(events, "ts") if follows else filter_pushed_below_the_watermark_node(events, "ts")
+    query = (marked.select("user", "ts", "amount").writeStream.format("controlmsg")
+             .options(**options(new_topic(2), bootstrap_servers, run="s1")).option("key", "user")
+             .option("eventTime", "ts").option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+    try:
+        wait_for(lambda: not query.isActive or any(p["numInputRows"] > 0 for p in query.recentProgress), 120,
+                 "the first micro-batch")
+        assert query.isActive, query.exception()
+        # Records read in a later micro-batch carry _watermark 01:00; none carries a later one.
+        for task in TASKS:
+            up.records(task, range(60 + TASKS.index(task), 120, 5))
+        up.end()
+        if follows:
+            query.awaitTermination(120)
+            assert not query.isActive and query.exception() is None
+            marks = [p["eventTime"].get("watermark") for p in query.recentProgress]
+            assert any(m.startswith("9999-12-31") for m in marks if m), f"Spark's watermark never ended: {marks}"
+        else:
+            version = re.escape(pyspark.__version__)
+            with pytest.raises(Exception, match=(
+                    r"controlmsg\.errors\.WatermarkNotFollowed: .*Spark's watermark in micro-batch \d+ is "
+                    rf"2026-01-01T01:00:00\.000Z, behind the reconciled watermark 9999-12-31T.*: Spark {version} "
+                    "does not follow with_watermark")):
+                query.awaitTermination(120)
+    finally:
+        query.stop()
