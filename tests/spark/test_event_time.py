@@ -364,8 +364,9 @@ def start_two_hops(spark: SparkSession, servers: str, topic: str, middle: str, h
             .writeStream.format("controlmsg").options(**hop1_options).option("key", "user")
             .option("eventTime", "end").option("checkpointLocation", hop1_checkpoint)
             .trigger(availableNow=True).start())
+    # Declares none of WATERMARK_COLUMNS: with_watermark, called right on the read, adds them.
     results = (spark.readStream.format("controlmsg").options(**options(middle, servers, run="h1", timeout="300"))
-               .schema(f"start timestamp, end timestamp, user string, n long, total long, {WATERMARK_COLUMNS}").load())
+               .schema("start timestamp, end timestamp, user string, n long, total long").load())
     out = tmp_path / "out"
     hop2 = (with_watermark(results, "end").groupBy(F.window("end", "3 hours"), "user")
             .agg(F.sum("n").alias("n"), F.sum("total").alias("total"))
@@ -459,3 +460,19 @@ def test_a_stage_fails_naming_the_spark_version_when_sparks_watermark_does_not_f
                 query.awaitTermination(120)
     finally:
         query.stop()
+
+
+def test_with_watermark_adds_the_watermark_fields_to_a_read_that_declares_none(
+        spark: SparkSession, bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
+    """Right on the read, ``with_watermark`` and ``late_records`` read the stream again with
+    :data:`WATERMARK_COLUMNS` added (the two-hop test runs such a query); after a step, they say where to call
+    it, and the old way (the fields spelled into the schema) is unchanged."""
+    topic = new_topic(1)
+    bare = (spark.readStream.format("controlmsg").options(**options(topic, bootstrap_servers))
+            .schema("user string, ts timestamp, amount long").load())
+    assert with_watermark(bare, "ts").columns == ["user", "ts", "amount", "_watermark", "_partition_watermark"]
+    assert late_records(bare, "ts").columns == ["user", "ts", "amount", "_watermark", "_partition_watermark"]
+    with pytest.raises(ValueError, match=r"needs the fields \['_watermark', '_control'\].*call it right on"):
+        with_watermark(bare.select("user", "ts"), "ts")
+    assert with_watermark(stream(spark, topic, bootstrap_servers), "ts").columns == [
+        "user", "ts", "amount", "_watermark", "_partition_watermark"]
