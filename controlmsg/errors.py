@@ -26,6 +26,7 @@ __all__ = [
     "ReadError",
     "TopicError",
     "UnsupportedVersion",
+    "WatermarkNotFollowed",
 ]
 
 
@@ -132,3 +133,17 @@ class ClusterRefused(ControlMsgError):
         self.check = check
         who = f", principal {principal}" if principal else ""
         super().__init__(f"{what} (broker {broker}{who}): {detail}; check {check}")
+
+
+class WatermarkNotFollowed(ControlMsgError):
+    """Spark's event-time watermark in a micro-batch of a query over a controlmsg stream read with watermark
+    rows is not the reconciled watermark that the stream had given it by the micro-batch before (what
+    :func:`controlmsg.spark.with_watermark` makes it), or the Spark in use does not read the metadata key
+    ``with_watermark`` marks the event-time column with. ``with_watermark`` relies on Spark internals (its
+    optimizer keeping one filter above the watermark node, the key ``spark.watermarkDelayMs``) that a Spark
+    version may change: the message names the Spark version, the micro-batch, both watermarks and what to do.
+    ``spark_version`` is the version."""
+
+    def __init__(self, message: str, spark_version: str) -> None:
+        self.spark_version = spark_version
+        super().__init__(message)

@@ -1,11 +1,12 @@
 """Spark's own event-time operators on the reconciled watermark: :func:`with_watermark`.
 
 A streaming DataFrame read with ``format("controlmsg")`` and a schema that declares
-:data:`WATERMARK_COLUMNS` (``_watermark timestamp, _partition_watermark timestamp, _control boolean``)
-carries the topic's reconciled watermark in two ways: every record's ``_watermark`` (the watermark in force
-when it was read; ``_partition_watermark`` is its own partition's), and one
-*watermark row* (``_control`` true, every other field null) after each micro-batch in which the watermark
-moved or the stream ended (``_watermark`` then is :data:`~controlmsg.spark.reading.END_OF_TIME_MS`).
+:data:`WATERMARK_COLUMNS` (``_watermark timestamp, _partition_watermark timestamp, _control boolean``;
+:func:`with_watermark` called right on the read adds them by itself) carries the topic's reconciled
+watermark in two ways: every record's ``_watermark`` (the watermark in force when it was read;
+``_partition_watermark`` is its own partition's), and one *watermark row* (``_control`` true, every other
+field null) after each micro-batch in which the watermark moved or the stream ended
+(``_watermark`` then is :data:`~controlmsg.spark.reading.END_OF_TIME_MS`).
 
 :func:`with_watermark` turns that into Spark's own watermark on the event-time column, so that
 ``groupBy(window(ts, ...))`` in append mode, ``applyInPandasWithState`` with event-time timeouts and
@@ -48,7 +49,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, TimestampNTZType, TimestampType
+from pyspark.sql.types import BooleanType, StructField, StructType, TimestampNTZType, TimestampType
+
+from controlmsg.errors import WatermarkNotFollowed
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -56,20 +59,25 @@ if TYPE_CHECKING:
 __all__ = ["WATERMARK_COLUMNS", "late_records", "observed_counts", "with_watermark"]
 
 WATERMARK_COLUMNS: Final = "_watermark timestamp, _partition_watermark timestamp, _control boolean"
-"""The fields to add to a ``readStream.format("controlmsg")`` schema for :func:`with_watermark`."""
+"""The fields :func:`with_watermark` and :func:`late_records` read. They add them by themselves when called
+right on the read; a read with steps before them (a ``select``, a ``withColumn``) declares them at the end
+of its schema."""
 
 _WATERMARK: Final = "_watermark"
 _CONTROL: Final = "_control"
 _PARTITION_WATERMARK: Final = "_partition_watermark"
 _TRACKED: Final = "_controlmsg_watermark"
 _DELAY_KEY: Final = "spark.watermarkDelayMs"  # Spark's EventTimeWatermark.delayKey
+_SOURCE: Final = "controlmsg"
 
 
 def with_watermark(df: DataFrame, event_time: str, *, metrics_name: str = "controlmsg") -> DataFrame:
     """``df`` with Spark's watermark on ``event_time`` set to the reconciled watermark of the topic.
 
-    ``df`` is a streaming DataFrame of ``format("controlmsg")`` whose schema declares
-    :data:`WATERMARK_COLUMNS`; ``event_time`` one of its timestamp columns. The result has ``df``'s columns
+    ``df`` is a streaming DataFrame of ``format("controlmsg")``; ``event_time`` one of its timestamp columns.
+    Its schema declares :data:`WATERMARK_COLUMNS`, or none of them when ``df`` is the read itself
+    (``spark.readStream.format("controlmsg")...schema(...).load()`` with nothing after it): then the same read
+    with them added is used. The result has ``df``'s columns
     but ``_control``, and only its data rows that are not late (see the module docstring); use it as one
     would use ``df.withWatermark(event_time, ...)``: window aggregations in append mode emit each window
     once, when the reconciled watermark passes its end, and event-time timers fire on it.
@@ -83,10 +91,14 @@ def with_watermark(df: DataFrame, event_time: str, *, metrics_name: str = "contr
             timestamp / boolean / timestamp; or ``df`` was made with a step that can drop rows (a filter,
             ``dropna``, a join, an aggregation, a dedup...) between the read and here, since the watermark rows
             would not reach Spark's watermark (call it right after the read; selects and ``withColumn`` are
-            fine).
+            fine); or ``df`` declares none of :data:`WATERMARK_COLUMNS` and is not the read itself.
+        WatermarkNotFollowed: the Spark in use marks a watermarked column with another metadata key than the
+            one ``with_watermark`` sets (a Spark version it was not tested with; classic sessions).
     """
+    df = _with_watermark_fields(df)
     _check(df, event_time)
     _check_rows_kept(df)
+    _check_delay_key(df)
     tracked = df.withColumn(_TRACKED, F.col(_WATERMARK)).withWatermark(_TRACKED, "0 seconds")
     mark = F.col(_TRACKED)
     control = F.coalesce(F.col(_CONTROL), F.lit(False))
@@ -112,6 +124,7 @@ def late_records(df: DataFrame, event_time: str) -> DataFrame:
     :func:`with_watermark`. The two queries cut the topic into different micro-batches, so a record's
     ``_watermark`` can differ between them; ``_partition_watermark`` cannot, so with it in the schema (as in
     :data:`WATERMARK_COLUMNS`) every record is in exactly one of the two outputs."""
+    df = _with_watermark_fields(df)
     _check(df, event_time)
     control = F.coalesce(F.col(_CONTROL), F.lit(False))
     late = ~control & _late(F.col(event_time), _behind(df, F.col(_WATERMARK)))
@@ -199,6 +212,53 @@ def _row_dropping_steps(df: DataFrame) -> list[str]:
     return found
 
 
+def _with_watermark_fields(df: DataFrame) -> DataFrame:
+    """``df`` itself when it has a field of :data:`WATERMARK_COLUMNS`; else, when ``df`` is a controlmsg read
+    and nothing more (a classic plan's ``StreamingRelationV2``, a Connect client's ``DataSource``), the same
+    read with them added to its schema; else ``df`` (:func:`_check` then says what is missing)."""
+    if any(name in df.columns for name in (_WATERMARK, _PARTITION_WATERMARK, _CONTROL)):
+        return df
+    found = _bare_read(df)
+    if found is None:
+        return df
+    source, options = found
+    schema = StructType([*df.schema.fields, StructField(_WATERMARK, TimestampType()),
+                         StructField(_PARTITION_WATERMARK, TimestampType()), StructField(_CONTROL, BooleanType())])
+    return df.sparkSession.readStream.format(source).options(**options).schema(schema).load()
+
+
+def _bare_read(df: DataFrame) -> tuple[str, dict[str, str]] | None:
+    """The source name and options of ``df`` when it is a ``format("controlmsg")`` stream read and nothing
+    more; else ``None``."""
+    jdf = getattr(df, "_jdf", None)
+    if jdf is not None:
+        node = jdf.queryExecution().analyzed()
+        if str(node.nodeName()) != "StreamingRelationV2" or str(node.sourceName()) != _SOURCE:
+            return None
+        return _SOURCE, {str(k): str(v) for k, v in dict(node.extraOptions().asCaseSensitiveMap()).items()}
+    plan = getattr(df, "_plan", None)
+    if (type(plan).__name__ != "DataSource" or getattr(plan, "_format", None) != _SOURCE
+            or not getattr(plan, "_is_streaming", False)):
+        return None
+    return _SOURCE, dict(getattr(plan, "_options", None) or {})
+
+
+def _check_delay_key(df: DataFrame) -> None:
+    """Refuse a Spark whose watermark metadata key is not :data:`_DELAY_KEY` (read from its JVM: a classic
+    session only; a Connect client has no JVM, and the run-time check in the sink covers it)."""
+    jvm = getattr(df.sparkSession, "_jvm", None)
+    if getattr(df, "_jdf", None) is None or jvm is None:
+        return
+    key = str(jvm.org.apache.spark.sql.catalyst.plans.logical.EventTimeWatermark.delayKey())
+    if key != _DELAY_KEY:
+        version = df.sparkSession.version
+        raise WatermarkNotFollowed(
+            f"with_watermark marks the event-time column with the metadata key {_DELAY_KEY!r}, Spark {version} "
+            f"reads {key!r} (EventTimeWatermark.delayKey): its window aggregations would not see the reconciled "
+            "watermark; run on a Spark version controlmsg is tested with (pyspark 4.2, 4.3) and report this one",
+            version)
+
+
 def _check_rows_kept(df: DataFrame) -> None:
     steps = _row_dropping_steps(df)
     if steps:
@@ -213,7 +273,8 @@ def _check(df: DataFrame, event_time: str) -> None:
     fields = {f.name: f.dataType for f in df.schema.fields}
     missing = [name for name in (_WATERMARK, _CONTROL) if name not in fields]
     if missing:
-        raise ValueError(f"with_watermark needs the fields {missing} of a controlmsg stream: read with a schema "
+        raise ValueError(f"with_watermark needs the fields {missing} of a controlmsg stream: call it right on "
+                         "spark.readStream.format('controlmsg')...load(), which adds them, or read with a schema "
                          f"that ends with '{WATERMARK_COLUMNS}' (controlmsg.spark.WATERMARK_COLUMNS)")
     if not isinstance(fields[_WATERMARK], TimestampType) or not isinstance(fields[_CONTROL], BooleanType):
         raise ValueError(f"with_watermark needs '{WATERMARK_COLUMNS}', the schema has '_watermark "

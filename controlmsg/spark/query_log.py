@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 from urllib.parse import unquote, urlparse
 
-from controlmsg.errors import CheckpointError
+from controlmsg.errors import CheckpointError, WatermarkNotFollowed
 
-__all__ = ["END_OF_TIME_MS", "StageProgress", "offset_ended", "offset_log_dir", "query_id", "stage_progress"]
+__all__ = ["END_OF_TIME_MS", "WATERMARK_ROWS_KEY", "StageProgress", "check_offset_log_follows",
+           "check_watermark_follows", "offset_ended", "offset_log_dir", "offset_reconciled", "query_id",
+           "sources_reconciled", "stage_progress"]
 
 END_OF_TIME_MS: Final = 253_402_300_799_999
 """9999-12-31T23:59:59.999Z, Spark's largest timestamp in ms: the ``_watermark`` of the end of stream, and so
@@ -45,6 +48,10 @@ _WEAKER: Final = ("or set option stageProgress to driver and wait on the query w
                   "weaker rule (the watermark: the largest eventTime written minus allowedLateness; no end of "
                   "stream by itself: call controlmsg.spark.end_stream after the query)")
 
+WATERMARK_ROWS_KEY: Final = "watermarkRows"
+"""The key a controlmsg source's offset holds (``true``) when the stream gives watermark rows (its schema
+declares ``_control``), i.e. is read for :func:`~controlmsg.spark.with_watermark`."""
+
 
 @dataclass(frozen=True, slots=True)
 class StageProgress:
@@ -56,6 +63,11 @@ class StageProgress:
     watermark: int
     inputs_ended: bool
     stateful: bool = False
+    reconciled: int | None = None
+    """The reconciled watermark the query's sources had given by the end of the micro-batch (the smallest
+    over them; :data:`END_OF_TIME_MS` once ended), when every source is a controlmsg stream with watermark
+    rows that has one; else ``None``. :func:`with_watermark` makes Spark's watermark in the next micro-batch
+    exactly this (:func:`check_watermark_follows`)."""
 
 
 def local_path(location: str) -> Path | None:
@@ -118,7 +130,74 @@ def stage_progress(root: Path, batch_id: int, topic: str) -> StageProgress:
         raise CheckpointError(f"{where} has no metadata line with batchWatermarkMs, {_WEAKER}")
     sources = [_offset(line, lines[0]) for line in lines[2:]]
     return StageProgress(watermark, bool(sources) and all(offset_ended(offset) for offset in sources),
-                         (root / "state").is_dir())
+                         (root / "state").is_dir(), sources_reconciled(sources))
+
+
+def sources_reconciled(offsets: list[str]) -> int | None:
+    """:attr:`StageProgress.reconciled` of a micro-batch whose sources ended at ``offsets`` (JSON texts)."""
+    marks = [offset_reconciled(offset) for offset in offsets]
+    known = [mark for mark in marks if mark is not None]
+    return min(known) if known and len(known) == len(marks) else None
+
+
+def offset_reconciled(line: str) -> int | None:
+    """The reconciled watermark a controlmsg source's offset (its JSON text) stands at, when the stream gives
+    watermark rows (:data:`WATERMARK_ROWS_KEY`): :data:`END_OF_TIME_MS` once ended; else ``None`` (no
+    watermark yet, no watermark rows, or another source)."""
+    try:
+        offset = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(offset, dict) or offset.get(WATERMARK_ROWS_KEY) is not True:
+        return None
+    book = offset.get("bookkeeping")
+    if not isinstance(book, dict):
+        return None
+    if book.get("streamEnded") is True:
+        return END_OF_TIME_MS
+    mark = book.get("emittedWatermark")
+    return min(mark, END_OF_TIME_MS) if isinstance(mark, int) else None
+
+
+def check_watermark_follows(before: StageProgress | None, now: StageProgress, batch_id: int, where: str,
+                            spark_version: str) -> None:
+    """Check that Spark's watermark in micro-batch ``batch_id`` (``now``) is at least the reconciled watermark
+    the sources had given by the end of the micro-batch before (``before``), as :func:`with_watermark` makes
+    it (Spark's watermark is the largest ``_watermark`` its watermark node has seen, and every micro-batch in
+    which the reconciled watermark moves ends with a watermark row that carries it). Nothing is checked for a
+    query without a watermark (Spark's is 0) or whose sources are not all controlmsg streams with watermark
+    rows. Raises :class:`~controlmsg.errors.WatermarkNotFollowed` naming ``spark_version`` otherwise: a Spark
+    whose optimizer moved a filter below the watermark node drops the watermark rows, and its watermark falls
+    behind (windows close late, or at the end of stream only)."""
+    if before is None or before.reconciled is None or now.watermark <= 0 or now.watermark >= before.reconciled:
+        return
+    raise WatermarkNotFollowed(
+        f"{where}: Spark's watermark in micro-batch {batch_id} is {_iso(now.watermark)}, behind the reconciled "
+        f"watermark {_iso(before.reconciled)} its controlmsg sources had given by micro-batch {batch_id - 1}: "
+        f"Spark {spark_version} does not follow with_watermark, which relies on Spark's optimizer keeping its "
+        "filter above the watermark node (rules PushPredicateThroughNonJoin, CombineFilters) so that the "
+        "watermark rows reach it; run on a Spark version controlmsg is tested with (pyspark 4.2, 4.3) and report "
+        "this one (a query that sets its own withWatermark on a stream read with WATERMARK_COLUMNS: call "
+        "controlmsg.spark.with_watermark instead)", spark_version)
+
+
+def check_offset_log_follows(root: Path, batch_id: int, now: StageProgress, topic: str) -> None:
+    """:func:`check_watermark_follows` for the sink of micro-batch ``batch_id`` (``now``, its offset log
+    entry), against the entry before it (when the offset log still has it)."""
+    if batch_id <= 0 or now.watermark <= 0:
+        return
+    try:
+        before = stage_progress(root, batch_id - 1, topic)
+    except CheckpointError:
+        return  # purged, or written by another Spark: nothing to compare with
+    import pyspark
+
+    check_watermark_follows(before, now, batch_id, f"writeStream.format('controlmsg') to topic {topic!r}",
+                            pyspark.__version__)
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _offset(line: str, version: str) -> str:

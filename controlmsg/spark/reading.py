@@ -58,7 +58,7 @@ from controlmsg.spark.consuming import POLL_S, consumer_conf, read_ranges
 from controlmsg.spark.options import ReadOptions
 from controlmsg.spark.planning import StreamRange, TopicPartitions, stream_groups, task_groups
 from controlmsg.spark.progress import Progress
-from controlmsg.spark.query_log import END_OF_TIME_MS
+from controlmsg.spark.query_log import END_OF_TIME_MS, WATERMARK_ROWS_KEY
 from controlmsg.spark.source_progress import REPORT_TIMEOUT_S, lag_report, upstream_metrics
 
 __all__ = [
@@ -68,6 +68,7 @@ __all__ = [
 ]
 
 _OFFSETS_FORMAT: Final = 1
+_PLANNED_KEYS: Final = ("groups", WATERMARK_ROWS_KEY)  # in an offset from latestOffset, not in the scan's
 
 
 class EndOfStreamTimeout(ControlMsgError):
@@ -257,6 +258,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (``maxTasks``, ``partitionsPerTask``) runs the same tasks, which the writer's exactly-once relies
         on (a write task's id is its index; docs/SPARK.md)."""
         end["groups"] = stream_groups(_positions(start), _positions(end), self.opts)
+        if self._ticks:  # the stream gives watermark rows: the writer checks Spark's watermark follows them
+            end[WATERMARK_ROWS_KEY] = True
         return end
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
@@ -313,7 +316,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _resume(self, start: dict[str, Any]) -> _Scan:
         """The scan state at ``start``: the one in memory when the consumer stands there, else restored
         from the offset (after a restart, or a replanned batch) and the consumer moved there."""
-        if self._scan is not None and self._scan.offset() == {k: v for k, v in start.items() if k != "groups"}:
+        if self._scan is not None and self._scan.offset() == {k: v for k, v in start.items() if k not in _PLANNED_KEYS}:
             return self._scan
         if start.get("format") != _OFFSETS_FORMAT:
             raise ControlMsgError(f"topic {self.opts.topic!r}: the streaming checkpoint's offset is not a "

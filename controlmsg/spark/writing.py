@@ -99,7 +99,13 @@ from controlmsg.kafka.writer import RESERVED_HEADER_PREFIX, ControlWriter, fence
 from controlmsg.spark.chunks import Chunks
 from controlmsg.spark.options import STAGE_PROGRESS_DRIVER, STAGE_PROGRESS_OFFSET_LOG, WriteOptions
 from controlmsg.spark.progress import Progress
-from controlmsg.spark.query_log import END_OF_TIME_MS, offset_log_dir, query_id, stage_progress
+from controlmsg.spark.query_log import (
+    END_OF_TIME_MS,
+    check_offset_log_follows,
+    offset_log_dir,
+    query_id,
+    stage_progress,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -339,6 +345,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
         # stageProgress eventTime: no offset log, so no stage watermark and no end by itself (end_stream);
         # stageProgress driver: the driver program writes both (controlmsg.spark.stage), this commit neither.
         stage = None if self.offset_log is None else stage_progress(self.offset_log, batchId, opts.topic)
+        if stage is not None and self.offset_log is not None:  # Spark's watermark follows with_watermark's rows
+            check_offset_log_follows(self.offset_log, batchId, stage, opts.topic)
         by_driver = opts.stage_progress == STAGE_PROGRESS_DRIVER
         if by_driver and self.ended:
             return  # the driver program's stage round ended the run; this micro-batch wrote nothing (its tasks said)

@@ -11,6 +11,7 @@ late record is counted and kept by a side query; a restart from the checkpoint r
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -135,8 +136,7 @@ def test_windows_close_on_the_reconciled_watermark_with_the_slow_tasks_records(
             .writeStream.format("parquet").option("path", str(tmp_path / "late"))
             .option("checkpointLocation", str(tmp_path / "ck-late")).trigger(availableNow=True).start())
     try:
-        wait_for(lambda: query.lastProgress is not None and query.lastProgress["numInputRows"] > 0, 60,
-                 "the first micro-batch")
+        wait_for(lambda: any(p["numInputRows"] > 0 for p in query.recentProgress), 60, "the first micro-batch")
         time.sleep(2)
         assert windows(spark, out) == Counter(), "no window may close before the slow task passes its end"
 
@@ -274,8 +274,7 @@ def test_event_time_timers_fire_on_the_reconciled_watermark(
     finally:
         spark.conf.set(provider, before)
     try:
-        wait_for(lambda: query.lastProgress is not None and query.lastProgress["numInputRows"] > 0, 60,
-                 "the first micro-batch")
+        wait_for(lambda: any(p["numInputRows"] > 0 for p in query.recentProgress), 60, "the first micro-batch")
         time.sleep(2)
         assert emitted == {}, "no timer may fire before the slow task passes it"
         up.records("slow", range(21, 70, 3))  # within the users' 30 quiet minutes of the fast tasks' events
@@ -363,8 +362,9 @@ def start_two_hops(spark: SparkSession, servers: str, topic: str, middle: str, h
             .writeStream.format("controlmsg").options(**hop1_options).option("key", "user")
             .option("eventTime", "end").option("checkpointLocation", hop1_checkpoint)
             .trigger(availableNow=True).start())
+    # Declares none of WATERMARK_COLUMNS: with_watermark, called right on the read, adds them.
     results = (spark.readStream.format("controlmsg").options(**options(middle, servers, run="h1", timeout="300"))
-               .schema(f"start timestamp, end timestamp, user string, n long, total long, {WATERMARK_COLUMNS}").load())
+               .schema("start timestamp, end timestamp, user string, n long, total long").load())
     out = tmp_path / "out"
     hop2 = (with_watermark(results, "end").groupBy(F.window("end", "3 hours"), "user")
             .agg(F.sum("n").alias("n"), F.sum("total").alias("total"))
@@ -402,3 +402,75 @@ def test_a_step_that_can_drop_the_watermark_rows_before_with_watermark_is_refuse
                                                                      "_partition_watermark", "_control")
     assert with_watermark(kept, "ts").filter(F.col("cents") > 0).columns == [
         "user", "ts", "cents", "_watermark", "_partition_watermark"]
+
+
+def filter_pushed_below_the_watermark_node(df: DataFrame, event_time: str) -> DataFrame:
+    """What :func:`with_watermark` would run on a Spark whose optimizer pushed its filter below the watermark
+    node (an upgrade that changed ``PushPredicateThroughNonJoin``): the same columns and watermark node, the
+    watermark rows dropped before the node counts them."""
+    control = F.coalesce(F.col("_control"), F.lit(False))
+    return (df.where(~control).withColumn("_controlmsg_watermark", F.col("_watermark"))
+            .withWatermark("_controlmsg_watermark", "0 seconds")
+            .select(*[F.col(name).alias(name, metadata={"spark.watermarkDelayMs": 0}) if name == event_time
+                      else F.col(name) for name in df.columns if name != "_control"]))
+
+
+@pytest.mark.parametrize("follows", [True, False], ids=["with_watermark", "filter_pushed_below_the_node"])
+def test_a_stage_fails_naming_the_spark_version_when_sparks_watermark_does_not_follow_the_reconciled_one(
+        spark: SparkSession, bootstrap_servers: str, upstream: tuple[Upstream, str], new_topic: Callable[..., str],
+        tmp_path: Path, follows: bool) -> None:
+    """Each micro-batch's sink compares Spark's watermark with the reconciled watermark its input had given by
+    the micro-batch before. With ``with_watermark`` they are equal and the stage ends with its input; with the
+    plan a Spark that pushes the filter would run, the watermark rows never reach the node, Spark's watermark
+    stays at the records' ``_watermark`` (01:00) after the input ended, and the query fails with
+    :class:`~controlmsg.errors.WatermarkNotFollowed`, naming Spark's version."""
+    import pyspark
+
+    up, topic = upstream
+    for task in TASKS:
+        up.records(task, range(TASKS.index(task), 60, 5))
+        up.watermark(task, 60)
+    events = stream(spark, topic, bootstrap_servers)
+    marked = with_watermark(events, "ts") if follows else filter_pushed_below_the_watermark_node(events, "ts")
+    query = (marked.select("user", "ts", "amount").writeStream.format("controlmsg")
+             .options(**options(new_topic(2), bootstrap_servers, run="s1")).option("key", "user")
+             .option("eventTime", "ts").option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+    try:
+        wait_for(lambda: not query.isActive or any(p["numInputRows"] > 0 for p in query.recentProgress), 120,
+                 "the first micro-batch")
+        assert query.isActive, query.exception()
+        # Records read in a later micro-batch carry _watermark 01:00; none carries a later one.
+        for task in TASKS:
+            up.records(task, range(60 + TASKS.index(task), 120, 5))
+        up.end()
+        if follows:
+            query.awaitTermination(120)
+            assert not query.isActive and query.exception() is None
+            marks = [p["eventTime"].get("watermark") for p in query.recentProgress]
+            assert any(m.startswith("9999-12-31") for m in marks if m), f"Spark's watermark never ended: {marks}"
+        else:
+            version = re.escape(pyspark.__version__)
+            with pytest.raises(Exception, match=(
+                    r"controlmsg\.errors\.WatermarkNotFollowed: .*Spark's watermark in micro-batch \d+ is "
+                    rf"2026-01-01T01:00:00\.000Z, behind the reconciled watermark 9999-12-31T.*: Spark {version} "
+                    "does not follow with_watermark")):
+                query.awaitTermination(120)
+    finally:
+        query.stop()
+
+
+def test_with_watermark_adds_the_watermark_fields_to_a_read_that_declares_none(
+        spark: SparkSession, bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
+    """Right on the read, ``with_watermark`` and ``late_records`` read the stream again with
+    :data:`WATERMARK_COLUMNS` added (the two-hop test runs such a query); after a step, they say where to call
+    it, and the old way (the fields spelled into the schema) is unchanged."""
+    topic = new_topic(1)
+    bare = (spark.readStream.format("controlmsg").options(**options(topic, bootstrap_servers))
+            .schema("user string, ts timestamp, amount long").load())
+    assert with_watermark(bare, "ts").columns == ["user", "ts", "amount", "_watermark", "_partition_watermark"]
+    assert late_records(bare, "ts").columns == ["user", "ts", "amount", "_watermark", "_partition_watermark"]
+    with pytest.raises(ValueError, match=r"needs the fields \['_watermark', '_control'\].*call it right on"):
+        with_watermark(bare.select("user", "ts"), "ts")
+    assert with_watermark(stream(spark, topic, bootstrap_servers), "ts").columns == [
+        "user", "ts", "amount", "_watermark", "_partition_watermark"]

@@ -9,8 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from controlmsg.errors import CheckpointError
-from controlmsg.spark.query_log import StageProgress, offset_log_dir, stage_progress
+from controlmsg.errors import CheckpointError, WatermarkNotFollowed
+from controlmsg.spark.query_log import (
+    END_OF_TIME_MS,
+    StageProgress,
+    check_offset_log_follows,
+    check_watermark_follows,
+    offset_log_dir,
+    stage_progress,
+)
 
 ENDED = json.dumps({"bookkeeping": {"streamEnded": True}})
 GOING = json.dumps({"bookkeeping": {"streamEnded": False}})
@@ -63,3 +70,37 @@ def test_local_locations(tmp_path: Path) -> None:
     assert offset_log_dir(tmp_path.as_uri(), "t") == tmp_path
     with pytest.raises(CheckpointError, match="no option checkpointLocation"):
         offset_log_dir(None, "t")
+
+
+def controlmsg_offset(watermark: int | None, *, ended: bool = False, rows: bool = True) -> str:
+    book = {"streamEnded": ended, "emittedWatermark": watermark}
+    return json.dumps({"format": 1, "bookkeeping": book, **({"watermarkRows": True} if rows else {})})
+
+
+@pytest.mark.parametrize(("sources", "reconciled"), [
+    ([controlmsg_offset(5000)], 5000),
+    ([controlmsg_offset(5000), controlmsg_offset(3000)], 3000),  # the smallest over the sources
+    ([controlmsg_offset(5000, ended=True)], END_OF_TIME_MS),
+    ([controlmsg_offset(None)], None),  # no watermark yet
+    ([controlmsg_offset(5000, rows=False)], None),  # read without _control: no watermark rows, nothing to follow
+    ([controlmsg_offset(5000), "-"], None),  # another source feeds Spark's watermark too
+])
+def test_the_reconciled_watermark_of_the_sources(tmp_path: Path, sources: list[str], reconciled: int | None) -> None:
+    entry(tmp_path, 1, "v1", json.dumps({"batchWatermarkMs": 0}), *sources)
+    assert stage_progress(tmp_path, 1, "t").reconciled == reconciled
+
+
+def test_sparks_watermark_behind_the_reconciled_one_is_refused_naming_the_spark_version(tmp_path: Path) -> None:
+    entry(tmp_path, 4, "v1", json.dumps({"batchWatermarkMs": 1_000}), controlmsg_offset(7_200_000))
+    entry(tmp_path, 5, "v1", json.dumps({"batchWatermarkMs": 3_600_000}), controlmsg_offset(7_200_000))
+    entry(tmp_path, 6, "v1", json.dumps({"batchWatermarkMs": 7_200_000}), controlmsg_offset(7_200_000))
+    check_offset_log_follows(tmp_path, 4, stage_progress(tmp_path, 4, "t"), "t")  # no entry 3: nothing to compare
+    check_offset_log_follows(tmp_path, 6, stage_progress(tmp_path, 6, "t"), "t")  # follows
+    before, now = stage_progress(tmp_path, 4, "t"), stage_progress(tmp_path, 5, "t")
+    check_watermark_follows(before, StageProgress(0, False, reconciled=7_200_000), 5, "t", "9.9.9")  # no watermark
+    with pytest.raises(WatermarkNotFollowed, match=(
+            r"^t: Spark's watermark in micro-batch 5 is 1970-01-01T01:00:00.000Z, behind the reconciled watermark "
+            r"1970-01-01T02:00:00.000Z its controlmsg sources had given by micro-batch 4: Spark 9.9.9 does not "
+            r"follow with_watermark")) as refused:
+        check_watermark_follows(before, now, 5, "t", "9.9.9")
+    assert refused.value.spark_version == "9.9.9"

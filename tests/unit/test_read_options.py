@@ -41,6 +41,6 @@ def test_refusals_say_what_is_valid() -> None:
 def test_a_read_written_for_format_kafka_is_told_about_envelope_none() -> None:
     """The guide's read with only the format's name changed: no runId, so it is not an intermediate topic's
     read; the error names the option that reads a plain topic."""
-    with pytest.raises(ValueError, match="needs the option 'runId'.*envelope none"):
+    with pytest.raises(ValueError, match=r"needs the option 'runId'.*envelope none"):
         ReadOptions.parse({"kafka.bootstrap.servers": "b:9092", "subscribe": "topic1"})
     assert ReadOptions.parse({"kafka.bootstrap.servers": "b:9092", "subscribe": "topic1", "runId": "r"}).run_id == "r"
