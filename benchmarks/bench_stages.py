@@ -99,7 +99,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar, Final
 
 import orjson
 from bench_streaming import Chain, Observer, add_chain_options, percentile, run_generator
@@ -114,7 +114,7 @@ from controlmsg.kafka.settings import for_client
 from spark_jobs.events import parse_duration
 from spark_jobs.generate import GeneratorConfig, events, generate
 
-ENGINES = ("runtime", "stages", "connector")
+ENGINES = ("runtime", "stages", "baseline", "connector")
 SOURCE_SCHEMA = "id STRING, user STRING, event_time STRING, amount DOUBLE, items INT"
 EVENTS_SCHEMA = "key STRING, event_ms BIGINT, amount DOUBLE"
 CONNECTOR_JOBS = Path(__file__).with_name("connector_jobs.py")
@@ -186,9 +186,15 @@ class Queries(Runtime):
 
 
 class Stages(Queries):
-    """``spark_jobs.stages.ingest`` -> ``spark_jobs.stages.window``: Structured Streaming on controlmsg."""
+    """``spark_jobs.stages.ingest`` -> ``spark_jobs.stages.window``: Structured Streaming on controlmsg. Its
+    applications log the phases of each micro-batch (``--log-phases``, :mod:`controlmsg.spark.phases`), which
+    :func:`phase_breakdown` sums up."""
 
     engine: ClassVar[str] = "stages"
+    log_phases: ClassVar[bool] = True
+
+    def _common(self, job: str) -> list[str]:
+        return [*super()._common(job), *(["--log-phases"] if self.log_phases else [])]
 
     def start_window(self) -> Job:
         """stage_window runs its queries ``availableNow``: until the input's end of stream, no trigger."""
@@ -207,6 +213,23 @@ class Stages(Queries):
             "--allowed-lateness", a.allowed_lateness, "--trigger-interval", spark_interval(a.watermark_interval),
             "--checkpoint", self._checkpoint("stage_ingest"), "--partitions", str(a.partitions),
             *(["--until-source-end"] if until_source_end else []), *self._common("stage_ingest")])
+
+
+class Baseline(Stages):
+    """The stages chain of another checkout (``--baseline``: e.g. main's code, to compare with this one's in
+    the same run): its applications run with that checkout first on ``PYTHONPATH``. Their phases are logged
+    when that checkout's stage jobs take ``--log-phases``."""
+
+    engine: ClassVar[str] = "baseline"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        root = str(Path(self.args.baseline).resolve())
+        path = os.environ.get("PYTHONPATH")
+        self.env["PYTHONPATH"] = root if not path else f"{root}{os.pathsep}{path}"
+        self.apps.env = dict(self.env)
+        self.log_phases = "--log-phases" in (Path(root) / "spark_jobs" / "stages" / "common.py").read_text(
+            encoding="utf-8")
 
 
 class Connector(Queries):
@@ -268,12 +291,18 @@ class Connector(Queries):
         return observer("events", self.events, False), observer("windows", self.windows, True)
 
 
-ENGINE_CLASSES: dict[str, type[Runtime]] = {"runtime": Runtime, "stages": Stages, "connector": Connector}
+ENGINE_CLASSES: dict[str, type[Runtime]] = {"runtime": Runtime, "stages": Stages, "baseline": Baseline,
+                                            "connector": Connector}
 
 
 def unavailable(engine: str, args: argparse.Namespace) -> str | None:
     """Why ``engine`` cannot run here (None: it can). For the connector, resolves its jar files once and
     sets ``args.connector_jars``."""
+    if engine == "baseline":
+        if not args.baseline:
+            return "no --baseline checkout given"
+        if not (Path(args.baseline) / "spark_jobs" / "stages" / "window.py").is_file():
+            return f"{args.baseline} holds no spark_jobs/stages/window.py"
     if engine == "stages":
         missing = [m for m in ("spark_jobs.stages.ingest", "spark_jobs.stages.window")
                    if importlib.util.find_spec(m) is None]
@@ -589,6 +618,107 @@ class EngineRun:
     live_error: str | None = None
     bounded: BoundedResult | None = None
     bounded_error: str | None = None
+    phases: dict[str, Phases] = field(default_factory=dict)  # per bench phase, where the engine logs them
+
+
+# ---------------------------------------------------------------------------------------------- phases
+
+
+Phases = dict[str, list[dict[str, Any]]]
+"""Phase lines (:mod:`controlmsg.spark.phases`) by ``<application> <phase> <topic role>``."""
+
+
+def collect_phases(chain: Runtime) -> Phases:
+    """The phase lines the chain's applications logged, grouped by application, phase and the role of the
+    topic (``source``, ``events``, ``windows``, ``late``)."""
+    from controlmsg.spark.phases import parse_phase
+
+    roles = {chain.source: "source", chain.events: "events", chain.windows: "windows", f"{chain.windows}-late": "late"}
+    found: Phases = {}
+    for name, app in chain.apps.items():
+        if not app.log_path.exists():
+            continue
+        for line in app.log_path.read_text(encoding="utf-8", errors="replace").splitlines():
+            fields = parse_phase(line)
+            if fields is not None:
+                role = roles.get(str(fields.get("topic")), str(fields.get("topic")))
+                found.setdefault(f"{name} {fields.get('phase')} {role}", []).append(fields)
+    return found
+
+
+def _ms(lines: list[dict[str, Any]], key: str = "ms") -> list[float]:
+    return [float(x[key]) for x in lines if isinstance(x.get(key), int | float)]
+
+
+def _med(values: list[float]) -> str:
+    return "-" if not values else f"{statistics.median(values):,.0f}"
+
+
+def _med_p90(values: list[float]) -> str:
+    return "-" if not values else f"{statistics.median(values):,.0f} / {percentile(values, 0.9):,.0f}"
+
+
+def print_phases(phases: Phases) -> None:
+    """One line per group of phase lines: how many, ms median / p90 / sum, and what else they say."""
+    for key in sorted(phases):
+        lines = phases[key]
+        ms = _ms(lines)
+        extra = ""
+        kind = key.split(" ")[-2]
+        if kind == "query":
+            keys = sorted({k for x in lines for k in (x.get("durations") or {})})
+            extra = "; " + ", ".join(
+                f"{k} {_med([float(x['durations'][k]) for x in lines if k in (x.get('durations') or {})])}"
+                for k in keys if k != "triggerExecution")
+        elif kind == "scan":
+            stops: dict[str, int] = {}
+            for x in lines:
+                stops[str(x.get("stop"))] = stops.get(str(x.get("stop")), 0) + 1
+            extra = f"; stopped by {stops}, records med {_med(_ms(lines, 'records'))}"
+        elif kind == "write":
+            rows = sum(int(x.get("rows") or 0) for x in lines)
+            extra = f"; skipped (empty) {sum(1 for x in lines if x.get('skipped'))}, rows {rows:,}"
+        elif kind == "commit":
+            extra = f"; making the writer med {_med(_ms(lines, 'init_ms'))} ms"
+        elif kind == "read":
+            extra = f"; rows {sum(int(x.get('rows') or 0) for x in lines):,}"
+        print(f"    {key}: {len(lines):,} lines, ms med / p90 {_med_p90(ms)}, sum {sum(ms) / 1000:,.1f} s{extra}")
+
+
+PHASE_ROWS: Final = (
+    ("window query: micro-batches", "stage_window query windows", None),
+    ("  each: triggerExecution ms med / p90", "stage_window query windows", "triggerExecution"),
+    ("  latestOffset (driver scan) ms med / p90", "stage_window query windows", "latestOffset"),
+    ("  addBatch (tasks + sink commit) ms med / p90", "stage_window query windows", "addBatch"),
+    ("  walCommit + commitOffsets ms med / p90", "stage_window query windows", "wal+commit"),
+    ("  scan ms med / p90 (settle batches)", "stage_window scan events", "scan"),
+    ("  read task ms med / p90", "stage_window read events", "ms"),
+    ("  write task ms med / p90 (skipped empty)", "stage_window write windows", "write"),
+    ("  driver commit ms med / p90", "stage_window commit windows", "ms"),
+    ("late query: micro-batches", "stage_window query late", None),
+    ("ingest query: micro-batches / trigger ms med", "stage_ingest query events", "count+ms"),
+)
+
+
+def phase_cell(phases: Phases | None, group: str, what: str | None) -> str:
+    """One cell of the table's phase rows (:data:`PHASE_ROWS`)."""
+    lines = (phases or {}).get(group)
+    if not lines:
+        return "-"
+    if what is None:
+        return f"{len(lines):,}"
+    if what == "count+ms":
+        return f"{len(lines):,} / {_med(_ms(lines))}"
+    if what == "scan":
+        return f"{_med_p90(_ms(lines))} ({sum(1 for x in lines if x.get('settle'))})"
+    if what == "write":
+        return f"{_med_p90(_ms(lines))} ({sum(1 for x in lines if x.get('skipped'))} of {len(lines)})"
+    if what == "ms":
+        return _med_p90(_ms(lines))
+    durations = [x.get("durations") or {} for x in lines]
+    if what == "wal+commit":
+        return _med_p90([float(d.get("walCommit", 0)) + float(d.get("commitOffsets", 0)) for d in durations])
+    return _med_p90([float(d[what]) for d in durations if what in d])
 
 
 def run_phase(run: EngineRun, phase: str, chain: Runtime) -> None:
@@ -618,8 +748,16 @@ def run_phase(run: EngineRun, phase: str, chain: Runtime) -> None:
             run.bounded_error = message
     finally:
         chain.stop_apps()
+        if isinstance(chain, Stages):
+            run.phases[phase] = collect_phases(chain)
+            if run.phases[phase]:
+                print(f"  phases ({run.engine}, {phase}; {PHASE_NOTE}):")
+                print_phases(run.phases[phase])
         if not chain.args.keep_topics:
             chain.delete_topics()
+
+
+PHASE_NOTE: Final = "the applications' --log-phases lines, controlmsg.spark.phases"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -640,6 +778,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grace", type=float, default=60.0,
                    help="after the generator stops, wait at most this long for the closed windows' results")
     add_chain_options(p)
+    p.add_argument("--baseline", metavar="CHECKOUT",
+                   help="engine baseline: the stages chain of this checkout of the project (e.g. main's code), run "
+                        "with it first on PYTHONPATH, side by side with this checkout's stages in the same run")
     p.add_argument("--connector-jars", help="the connector's jar files, comma-separated (default: resolved once)")
     p.add_argument("--startup-timeout", type=float, default=300.0, help="seconds for a chain to start")
     p.add_argument("--throughput-timeout", type=float, default=300.0, help="seconds for a bounded chain to finish")
@@ -752,6 +893,11 @@ def print_table(runs: list[EngineRun], a: argparse.Namespace, phases: list[str],
             "-" if r.bounded is None else f"{r.bounded.results_seen:,} / {r.bounded.counts_ok:,}"))
         row("records dropped as late (window app says)", lambda r: failed(r, False) or (
             "-" if r.bounded is None else "not reported" if r.bounded.late is None else f"{r.bounded.late:,}"))
+    for phase in phases:
+        if any(r.phases.get(phase) for r in runs):
+            row(f"{phase}: phases of stage_window (ms)", lambda r: "")
+            for label, group, what in PHASE_ROWS:
+                row(f"  {label}", lambda r, g=group, w=what, ph=phase: phase_cell(r.phases.get(ph), g, w))
     widths = [max(len(label) for label, _ in rows)] + [
         max(len(cells[i]) for _, cells in rows) for i in range(len(runs))]
     print()

@@ -36,6 +36,11 @@ __all__ = ["POLL_S", "RangeRecords", "consumer_conf", "read_ranges"]
 POLL_S: Final = 0.02
 """Seconds a reader's ``consume()`` waits for a full batch of messages."""
 
+_IDLE: dict[tuple[Any, ...], tuple[dict[str, Any], Consumer]] = {}
+"""The consumer a reading task of this process left, per settings: a Spark Python worker runs task after task
+(``spark.python.worker.reuse``), and a task that takes it skips connecting, the metadata and the first fetch's
+leader lookup (tenths of a second on a busy machine; a micro-batch's reading tasks paid it each time)."""
+
 
 _LOST: Final = ("; the planned offsets were deleted (retention) before they were read: data loss. The option "
                 "failOnDataLoss false skips them and reads on")
@@ -90,7 +95,8 @@ def read_ranges(opts: ReadOptions, build: Builder, ranges: Sequence[tuple[int, i
     dead letters acknowledged) before the batch is yielded. Raises :class:`~controlmsg.errors.ReadError`
     when the consumer fails, or when the open partitions give no record for ``timeout`` (else 120) s
     before their planned end; the builder's and the hook's errors pass through. The consumer is closed
-    when the generator ends or is closed."""
+    when the generator ends or is closed, or, after a read of everything planned, kept for the next task of
+this process with the same settings (:data:`_IDLE`)."""
     worker_logging()
     # The driver planned this task from the cluster's answers: a refused connection here is a broker that
     # restarts (a task started while it is down), left to the retries; only a refusal of the client itself
@@ -99,9 +105,11 @@ def read_ranges(opts: ReadOptions, build: Builder, ranges: Sequence[tuple[int, i
     topic = opts.topic
     end = {p: stop for p, start, stop in ranges if start != stop}
     open_parts = set(end)
-    conf = consumer_conf(opts, eof=eof)
-    consumer = Consumer(conf)
+    key = (opts.config, topic, eof)
+    held = _IDLE.pop(key, None)
+    conf, consumer = held if held is not None else _new_consumer(opts, eof)
     consumer.assign([TopicPartition(topic, p, start) for p, start, stop in ranges if start != stop])
+    reuse = False
     wait_s = opts.timeout if opts.timeout is not None else 120.0
     last_record = time.monotonic()
     aside = SetAside(opts, Progress(f"reader {topic} partitions {sorted(p for p, _, _ in ranges)}"))
@@ -152,6 +160,27 @@ def read_ranges(opts: ReadOptions, build: Builder, ranges: Sequence[tuple[int, i
             if batch is not None:
                 yield batch
         aside.finish()
+        reuse = True
     finally:
         aside.close()
-        consumer.close()
+        _release(key, conf, consumer, reuse)
+
+
+def _new_consumer(opts: ReadOptions, eof: bool) -> tuple[dict[str, Any], Consumer]:
+    conf = consumer_conf(opts, eof=eof)
+    return conf, Consumer(conf)
+
+
+def _release(key: tuple[Any, ...], conf: dict[str, Any], consumer: Consumer, reuse: bool) -> None:
+    """Keep ``consumer``, unassigned, for the next task of this process with the same settings (a task that
+    read all it planned), else close it. Unassigning drops what it fetched ahead; the next task assigns
+    its own offsets."""
+    if reuse and key not in _IDLE:
+        try:
+            consumer.unassign()
+        except KafkaException:
+            reuse = False
+        else:
+            _IDLE[key] = (conf, consumer)
+            return
+    consumer.close()

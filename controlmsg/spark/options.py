@@ -38,7 +38,11 @@ Readers also take ``partitionsPerTask`` and ``maxTasks`` (how partitions are gro
 given either, groups of ``partitionsPerTask`` (default 1) partitions, fewer tasks than ``maxTasks``; given
 neither, groups by the records the partitions hold, see :mod:`controlmsg.spark.planning`), ``batchRows``
 (rows per Arrow batch, default 10000) and, streaming only, ``maxOffsetsPerTrigger`` (at most this many records per
-micro-batch) and ``maxScanMs`` (how long the driver scans for one micro-batch, default 2000).
+micro-batch) and ``maxScanMs`` (how long the driver scans for one micro-batch at most, default 2000; a scan
+ends earlier at what was readable when it began).
+
+``logPhases true`` (readers and writers, streaming): one line per phase of each micro-batch to stderr (the
+driver's scan and commit, each task), to see where a micro-batch's time goes (:mod:`controlmsg.spark.phases`).
 
 ``envelope none`` reads a **plain** topic, whose records any producer wrote (a JSON object, or any bytes
 read as ``value``, per record: no type byte, no control messages), as ``format("kafka")`` does, with its
@@ -291,6 +295,8 @@ class ReadOptions:
     """Option ``includeHeaders``: a read without a schema has the column ``headers`` too."""
     available_now_ends: bool = False
     """Option ``availableNowEnds``: a plain stream's input ends where an ``availableNow`` query stops."""
+    log_phases: bool = False
+    """Option ``logPhases``: a line per phase of each micro-batch (:mod:`controlmsg.spark.phases`)."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -318,6 +324,7 @@ class ReadOptions:
             positions=parse_positions(opts, plain),
             include_headers=_bool(opts, "includeHeaders", False),
             available_now_ends=_bool(opts, "availableNowEnds", False),
+            log_phases=_bool(opts, "logPhases", False),
         )
 
 
@@ -347,6 +354,8 @@ class WriteOptions:
     """Where a stream writer learns the stage's watermark and the end of its input:
     :data:`STAGE_PROGRESS_OFFSET_LOG`, :data:`STAGE_PROGRESS_DRIVER` or :data:`STAGE_PROGRESS_EVENT_TIME`
     (option ``stageProgress``)."""
+    log_phases: bool = False
+    """Option ``logPhases``: a line per write task and per driver commit (:mod:`controlmsg.spark.phases`)."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -376,4 +385,5 @@ class WriteOptions:
             checkpoint=opts.get("checkpointlocation") or None,
             commit_rows=_positive_int(opts, "commitRows", None),
             stage_progress=_stage_progress(opts),
+            log_phases=_bool(opts, "logPhases", False),
         )

@@ -56,6 +56,7 @@ from controlmsg.spark.bad_records import SetAside, check_dead_letters
 from controlmsg.spark.batches import META_CONTROL, WATERMARK_FIELDS, Mark, batch_builder, tick_batch
 from controlmsg.spark.consuming import POLL_S, consumer_conf, read_ranges
 from controlmsg.spark.options import ReadOptions
+from controlmsg.spark.phases import log_phase, task_batch_id
 from controlmsg.spark.planning import StreamRange, TopicPartitions, stream_groups, task_groups
 from controlmsg.spark.progress import Progress
 from controlmsg.spark.query_log import END_OF_TIME_MS, WATERMARK_ROWS_KEY
@@ -228,29 +229,39 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable() if n is None else ReadMaxRows(n)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        began = time.monotonic()
         scan = self._resume(start)
         if scan.settle:
             # The last micro-batch moved Spark's watermark (its watermark row). Spark applies a watermark in
             # the micro-batch after the one that moved it; under availableNow the next call below may wait
             # for the upstream, or end the query, first. So one micro-batch that reads nothing comes now.
             scan.settle = False
+            self._log_scan(began, 0, "settle", moved=False, settle=True)
             return self._planned(start, scan.offset())
         if scan.tracker.is_ended:
             return start
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         before = (scan.tracker.emitted_watermark, scan.tracker.is_ended)
+        records = 0
         while True:
-            moved = self._advance(scan, max_rows)
+            moved, read, why = self._advance(scan, max_rows)
+            records += read
             if moved or not self._available_now or scan.tracker.is_ended:
                 break
             # AvailableNow ends the query when no offset moves; a controlmsg run is available up to its
             # end of stream, so wait for the upstream instead (or fail after `timeout`).
             self._check_deadline(scan)
+        changed = before != (scan.tracker.emitted_watermark, scan.tracker.is_ended)
+        self._log_scan(began, records, why, moved=changed, settle=False)
         if not moved:
             return start
-        scan.settle = (self._ticks and self._available_now
-                       and before != (scan.tracker.emitted_watermark, scan.tracker.is_ended))
+        scan.settle = self._ticks and self._available_now and changed
         return self._planned(start, scan.offset())
+
+    def _log_scan(self, began: float, records: int, stop: str, *, moved: bool, settle: bool) -> None:
+        if self.opts.log_phases:
+            log_phase("scan", self.opts.topic, ms=round((time.monotonic() - began) * 1000, 1), records=records,
+                      stop=stop, moved=moved, settle=settle)
 
     def _planned(self, start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
         """``end`` with the micro-batch's reading tasks (``groups``: partitions per task) planned now and
@@ -344,10 +355,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._consumer = Consumer(self._consumer_settings)
         return self._consumer
 
-    def _advance(self, scan: _Scan, max_rows: int | None) -> bool:
-        """Read from the scan's position to what is readable now (every partition at its end), at most
-        ``max_rows`` user records, at most ``maxScanMs``; feed control messages to the bookkeeping.
-        Returns whether any position moved."""
+    def _advance(self, scan: _Scan, max_rows: int | None) -> tuple[bool, int, str]:
+        """Read from the scan's position to what was readable when this call began (each partition up to
+        its end offset then, as the consumer last heard it, or to its end), at most ``max_rows`` user
+        records, at most ``maxScanMs``; feed control messages to the bookkeeping. Returns whether any
+        position moved, the records read, and why it stopped (``end``, ``limit``, ``maxScanMs``).
+
+        Not to the end of every partition at once: behind an upstream that keeps writing that end is rarely
+        there, and every scan ran for the whole ``maxScanMs`` (a window waited for it). Nor only to the first
+        poll that moves the watermark: behind a backlog, with a round every few hundred records, that makes
+        micro-batches of a poll each, and the query falls behind."""
         consumer = self._open_consumer()
         topic = self.opts.topic
         tracker = scan.tracker
@@ -355,11 +372,24 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         at_end = self._at_end
         errors = self._errors
         before = dict(positions)
+        # What was readable when the scan began: each partition's end offset as the consumer last heard it
+        # (the last stable offset under read_committed; unknown before its first fetch: then its end event).
+        targets: dict[int, int] = {}
+        for p in positions:
+            if p not in at_end:
+                high = consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)
+                if high is not None and high[1] >= 0:
+                    targets[p] = high[1]
         rows = 0
+        read = 0
         deadline = time.monotonic() + self.opts.max_scan_ms / 1000.0
         limited = False
+        why = "end"
         first = True  # one consume at least: partitions at their end last time may have more now
-        while (first or len(at_end) < len(positions)) and time.monotonic() < deadline:
+        while first or any(p not in at_end and positions[p] < targets.get(p, END_OF_TIME_MS) for p in positions):
+            if not first and time.monotonic() >= deadline:
+                why = "maxScanMs"
+                break
             first = False
             try:
                 msgs: list[Any] = consumer.consume(1000, POLL_S)
@@ -404,11 +434,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         at_end.update(positions)
                         break
                 positions[p] = off + 1
+            read += len(msgs)
             if limited:
+                why = "limit"
                 break
         if limited:
             self._seek(scan)  # the consumer read ahead of the positions
-        return positions != before
+        return positions != before, read, why
 
     def _check_deadline(self, scan: _Scan) -> None:
         timeout = self.opts.timeout
@@ -424,10 +456,17 @@ def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Ite
     """Read the planned ``[start, end)`` offsets of some partitions (runs in a worker), then the
     micro-batch's watermark row if this task has it. The driver has read them already, so every offset up
     to ``end - 1`` that ``read_committed`` delivers is there: no end-of-partition events needed."""
+    began = time.monotonic()
     build, with_watermark = batch_builder(schema, opts)
-    yield from read_ranges(opts, build, part.ranges, _EnvelopeRecords(opts, part, with_watermark), eof=False)
+    rows = 0
+    for batch in read_ranges(opts, build, part.ranges, _EnvelopeRecords(opts, part, with_watermark), eof=False):
+        rows += batch.num_rows
+        yield batch
     if part.tick is not None:
         yield tick_batch(schema, part.tick)
+    if opts.log_phases:
+        log_phase("read", opts.topic, batch=task_batch_id(), ms=round((time.monotonic() - began) * 1000, 1),
+                  rows=rows, partitions=len(part.ranges))
 
 
 class _EnvelopeRecords:

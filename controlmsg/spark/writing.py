@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import itertools
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -98,6 +99,7 @@ from controlmsg.kafka.settings import worker_logging
 from controlmsg.kafka.writer import RESERVED_HEADER_PREFIX, ControlWriter, fence_transactions
 from controlmsg.spark.chunks import Chunks
 from controlmsg.spark.options import STAGE_PROGRESS_DRIVER, STAGE_PROGRESS_OFFSET_LOG, WriteOptions
+from controlmsg.spark.phases import log_phase
 from controlmsg.spark.progress import Progress
 from controlmsg.spark.query_log import (
     END_OF_TIME_MS,
@@ -139,6 +141,8 @@ class TaskCommit(WriterCommitMessage):
     seconds: float
     query_run: str | None = None
     """The streaming query's run (Spark's ``runId``: a new one at every start of the query)."""
+    skipped: bool = False
+    """A stream's first attempt of a task with no row: it did not touch Kafka (no transaction, no marker)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +308,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("controlmsg")``: see the module docstring. Created on the driver."""
 
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
+        made = time.monotonic()
         # Made when the query starts, and again for every micro-batch: a checkpoint whose offset log the writer
         # cannot read is refused before anything is created or written.
         self.offset_log: Path | None = (offset_log_dir(opts.checkpoint, opts.topic)
@@ -318,6 +323,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         self.ended_by: str | None = None if marker is None else marker.get("queryId")
         """The streaming query that wrote the run, when it has ended."""
         self.plan = _plan(opts, schema)
+        self.init_ms = round((time.monotonic() - made) * 1000, 1)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskCommit:
         from pyspark import TaskContext
@@ -336,11 +342,32 @@ class StreamWriter(DataSourceStreamArrowWriter):
                                       f"micro-batch {batch} of the same query has rows after its end of stream")
             return TaskCommit(ctx.partitionId(), ctx.attemptNumber(), 0, None, True,
                               ctx.getLocalProperty(_QUERY_ID_PROPERTY), 0.0, _query_run(ctx))
-        done = _write_task(self.plan, iterator, batch_id=int(batch),
-                           query_id=ctx.getLocalProperty(_QUERY_ID_PROPERTY), stage=None)
-        return dataclasses.replace(done, query_run=_query_run(ctx))
+        began = time.monotonic()
+        iterator, empty = _rows_ahead(iterator)
+        if empty and ctx.attemptNumber() == 0:
+            # A first attempt with nothing to write leaves Kafka alone: no earlier attempt of this task in this
+            # micro-batch can have an open transaction, and any of an earlier run of the query (a replayed
+            # micro-batch) is fenced by the driver's commit (see commit).
+            done = TaskCommit(ctx.partitionId(), 0, 0, None, False, ctx.getLocalProperty(_QUERY_ID_PROPERTY),
+                              time.monotonic() - began, _query_run(ctx), skipped=True)
+        else:
+            done = dataclasses.replace(_write_task(self.plan, iterator, batch_id=int(batch),
+                                                   query_id=ctx.getLocalProperty(_QUERY_ID_PROPERTY), stage=None),
+                                       query_run=_query_run(ctx))
+        if self.plan.opts.log_phases:
+            log_phase("write", self.plan.opts.topic, batch=int(batch), task=done.index, attempt=done.attempt,
+                      ms=round((time.monotonic() - began) * 1000, 1), rows=done.rows, skipped=done.skipped)
+        return done
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        began = time.monotonic()
+        self._commit(messages, batchId)
+        if self.plan.opts.log_phases:
+            log_phase("commit", self.plan.opts.topic, batch=batchId, ms=round((time.monotonic() - began) * 1000, 1),
+                      init_ms=self.init_ms, tasks=len(messages),
+                      skipped=sum(1 for m in messages if isinstance(m, TaskCommit) and m.skipped))
+
+    def _commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         opts = self.plan.opts
         # stageProgress eventTime: no offset log, so no stage watermark and no end by itself (end_stream);
         # stageProgress driver: the driver program writes both (controlmsg.spark.stage), this commit neither.
@@ -386,6 +413,12 @@ class StreamWriter(DataSourceStreamArrowWriter):
                 fence_transactions(dict(opts.config), [transactional_id(opts.topic, task_name(opts.job, opts.run_id, i))
                                                        for i in range(len(commits), slots)], opts.timeout)
                 slots = len(commits)
+            skipped = [c.index for c in commits if c.skipped]
+            if skipped and (committed or {}).get("queryRun") != run:
+                # The first micro-batch of a start of the query may replay one that an earlier start ran: its
+                # tasks that skipped Kafka (no rows) did not fence what a killed attempt of theirs left open.
+                fence_transactions(dict(opts.config), [transactional_id(opts.topic, task_name(opts.job, opts.run_id, i))
+                                                       for i in skipped], opts.timeout)
             tops = [t for t in (top, (committed or {}).get("maxEventTime")) if t is not None]
             status = {"upstream": _DRIVER, "taskCount": 1, "generation": generation, "batch": batchId,
                       "writeTasks": len(commits), "taskSlots": max(slots, len(commits)), "watermark": previous,
@@ -485,6 +518,14 @@ def run_status(options: WriteOptions | Mapping[str, str]) -> dict[str, Any] | No
 
 
 # ---------------------------------------------------------------------------------------------- tasks
+
+
+def _rows_ahead(batches: Iterator[pa.RecordBatch]) -> tuple[Iterator[pa.RecordBatch], bool]:
+    """``batches`` as they were, and whether none has a row (then all are consumed)."""
+    for batch in batches:
+        if batch.num_rows:
+            return itertools.chain([batch], batches), False
+    return iter(()), True
 
 
 def _query_run(ctx: Any) -> str | None:

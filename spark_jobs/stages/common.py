@@ -13,7 +13,8 @@ from urllib.parse import urlparse
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
-__all__ = ["add_stage_options", "await_queries", "run_queries", "stage_progress", "stage_summary", "sum_fields"]
+__all__ = ["add_stage_options", "await_queries", "phase_options", "run_queries", "stage_progress", "stage_summary",
+           "sum_fields"]
 
 _TRANSIENT: Final = ("Python worker failed to connect back",)
 """Failures of a query that its restart from the checkpoint cures: Spark gives a Python worker it starts for
@@ -28,6 +29,15 @@ def add_stage_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trigger-interval", default="1 second",
                         help="processing-time trigger of a stage that runs until stopped (default 1 second)")
     parser.add_argument("--max-offsets-per-trigger", help="at most this many records per micro-batch")
+    parser.add_argument("--log-phases", action="store_true",
+                        help="a line per phase of each micro-batch to stderr: the controlmsg source's scan and reading "
+                             "tasks, the sink's writing tasks and commit (option logPhases), and each micro-batch's "
+                             "durations as Spark reports them (controlmsg.spark.phases)")
+
+
+def phase_options(args: argparse.Namespace) -> dict[str, str]:
+    """The ``controlmsg`` source and sink option of ``--log-phases``."""
+    return {"logPhases": "true"} if args.log_phases else {}
 
 
 def stage_progress(checkpoint: str) -> dict[str, str]:
@@ -45,7 +55,7 @@ def sum_fields(sums: Sequence[str]) -> dict[str, str]:
 
 
 def run_queries(start: Callable[[], Sequence[StreamingQuery]], log: logging.Logger,
-                sinks: Sequence[Mapping[str, str] | None] = ()) -> list[StreamingQuery]:
+                sinks: Sequence[Mapping[str, str] | None] = (), *, phases: bool = False) -> list[StreamingQuery]:
     """Start the queries (``start``) and wait for them (:func:`await_queries`; ``sinks``: the ``controlmsg``
     sink options of each query, in order, or ``None``). A failure that a restart cures (:data:`_TRANSIENT`)
     stops the others and starts them all again from their checkpoints, up to :data:`_RESTARTS` times.
@@ -53,7 +63,7 @@ def run_queries(start: Callable[[], Sequence[StreamingQuery]], log: logging.Logg
     for attempt in range(_RESTARTS + 1):
         queries = list(start())
         try:
-            await_queries(queries, log, sinks)
+            await_queries(queries, log, sinks, phases=phases)
             return queries
         except RuntimeError as exc:
             if attempt == _RESTARTS or not any(text in str(exc) for text in _TRANSIENT):
@@ -64,11 +74,12 @@ def run_queries(start: Callable[[], Sequence[StreamingQuery]], log: logging.Logg
 
 
 def await_queries(queries: Sequence[StreamingQuery], log: logging.Logger,
-                  sinks: Sequence[Mapping[str, str] | None] = ()) -> None:
+                  sinks: Sequence[Mapping[str, str] | None] = (), *, phases: bool = False) -> None:
     """Wait until every query has ended, a second at a time (so that SIGTERM is handled between two waits);
     when one fails, stop the others and raise its failure (``RuntimeError``). A query whose ``controlmsg``
     sink (``sinks``, in the order of ``queries``) has ``stageProgress driver`` gets its stage rounds written
-    between the waits and after it ends (:class:`controlmsg.spark.stage.StageFollower`)."""
+    between the waits and after it ends (:class:`controlmsg.spark.stage.StageFollower`). ``phases``: a
+    ``query`` phase line (:mod:`controlmsg.spark.phases`) per micro-batch Spark reports, with its durations."""
     from pyspark.errors import StreamingQueryException
 
     from controlmsg.spark import StageFollower
@@ -76,12 +87,17 @@ def await_queries(queries: Sequence[StreamingQuery], log: logging.Logger,
     followers = {query.id: StageFollower(query, sink) for query, sink in zip(queries, sinks, strict=False)
                  if sink is not None and sink.get("stageProgress") == "driver"}
     running = list(queries)
+    topics = {query.id: (sink or {}).get("topic") for query, sink in zip(queries, sinks, strict=False)}
+    logged = {query.id: -1 for query in queries}
     while running:
         for query in list(running):
             try:
                 ended = query.awaitTermination(1)
             except StreamingQueryException:  # it failed: query.exception() says how
                 ended = True
+            if phases:
+                where = topics.get(query.id) or query.name or str(query.id)
+                logged[query.id] = _log_progress(query, where, logged[query.id])
             follower = followers.get(query.id)
             if ended:
                 running.remove(query)
@@ -109,3 +125,18 @@ def stage_summary(query: StreamingQuery, sink: Mapping[str, str]) -> dict[str, A
     status = run_status(sink) if sink else None
     return {"rows_in_recent": rows, "recent_micro_batches": len(recent), "run": status,
             "ended": bool(status and status.get("ended"))}
+
+
+def _log_progress(query: StreamingQuery, topic: str, after: int) -> int:
+    """A ``query`` phase line for each micro-batch of ``query`` past ``after`` that Spark still keeps;
+    returns the last one's id."""
+    from controlmsg.spark.phases import log_phase
+
+    for progress in query.recentProgress:
+        batch = int(progress.batchId)
+        if batch > after:
+            durations = dict(progress.durationMs)
+            log_phase("query", topic, batch=batch, ms=durations.get("triggerExecution"), durations=durations,
+                      rows=progress.numInputRows, watermark=(progress.eventTime or {}).get("watermark"))
+            after = batch
+    return after

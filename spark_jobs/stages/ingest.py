@@ -26,7 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.checks import duration_problems, positive_problems
 from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
-from spark_jobs.stages.common import add_stage_options, run_queries, stage_progress, stage_summary, sum_fields
+from spark_jobs.stages.common import (
+    add_stage_options,
+    phase_options,
+    run_queries,
+    stage_progress,
+    stage_summary,
+    sum_fields,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -90,7 +97,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
                                 availableNowEnds="true", maxOffsetsPerTrigger=args.max_offsets_per_trigger)
     sink = controlmsg_options(args, config, args.topic, job="stage_ingest", key="key", eventTime="event_ms",
                               allowedLateness=args.allowed_lateness, partitions=str(args.partitions),
-                              dataHeaders="false", **stage_progress(args.checkpoint))
+                              dataHeaders="false", **stage_progress(args.checkpoint), **phase_options(args))
     trigger = {"availableNow": True} if args.until_source_end else {"processingTime": args.trigger_interval}
     delay_ms = parse_duration(args.allowed_lateness) if args.allowed_lateness.strip() not in ("0", "0s") else 0
 
@@ -103,7 +110,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
                  args.checkpoint, args.run_id)
         return [query]
 
-    (query,) = run_queries(start, log, [sink])
+    (query,) = run_queries(start, log, [sink], phases=args.log_phases)
     return stage_summary(query, sink)
 
 

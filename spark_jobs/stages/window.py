@@ -26,7 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.checks import duration_problems, positive_problems, sum_problems
 from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
-from spark_jobs.stages.common import add_stage_options, run_queries, stage_progress, stage_summary, sum_fields
+from spark_jobs.stages.common import (
+    add_stage_options,
+    phase_options,
+    run_queries,
+    stage_progress,
+    stage_summary,
+    sum_fields,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -89,13 +96,18 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
 
     log = job_logger("stage_window")
     seconds = parse_duration(args.window) / 1000
-    source = controlmsg_options(args, config, args.input_topic, maxOffsetsPerTrigger=args.max_offsets_per_trigger)
+    if not any(s.partition("=")[0].strip() == "spark.sql.shuffle.partitions" for s in args.spark_conf):
+        # The windows' state and write tasks: one per core (a new checkpoint only: Spark keeps the first value).
+        spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
+    phases = phase_options(args)
+    source = controlmsg_options(args, config, args.input_topic, maxOffsetsPerTrigger=args.max_offsets_per_trigger,
+                                **phases)
     sink = controlmsg_options(args, config, args.output_topic, job="stage_window", key="key",
                               eventTime="window_end", partitions=str(args.partitions), dataHeaders="false",
-                              **stage_progress(f"{args.checkpoint}/windows"))
+                              **stage_progress(f"{args.checkpoint}/windows"), **phases)
     late_sink = controlmsg_options(args, config, f"{args.output_topic}-late", job="stage_window_late", key="key",
                                    eventTime="event_ms", partitions="1", dataHeaders="false",
-                                   **stage_progress(f"{args.checkpoint}/late"))
+                                   **stage_progress(f"{args.checkpoint}/late"), **phases)
 
     def start() -> tuple[StreamingQuery, StreamingQuery]:
         queries = window_queries(spark, source, sink, late_sink, window=f"{seconds:g} seconds",
@@ -104,7 +116,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
                  args.input_topic, args.output_topic, args.window, late_sink["topic"], args.checkpoint, args.run_id)
         return queries
 
-    windows, late = run_queries(start, log, [sink, late_sink])
+    windows, late = run_queries(start, log, [sink, late_sink], phases=args.log_phases)
     return {"windows": stage_summary(windows, sink), "late": stage_summary(late, late_sink)}
 
 

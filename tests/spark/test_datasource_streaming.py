@@ -229,6 +229,73 @@ def test_write_stream_replayed_batch_writes_nothing_twice(
         assert marks == [(1_767_225_600 + f * 60 + 19) * 1000 - 5000 for f in range(3)]
 
 
+def test_empty_write_tasks_skip_kafka_and_a_restart_fences_what_an_earlier_start_left_open(
+    spark: SparkSession, bootstrap_servers: str, kafka_config: dict[str, Any], new_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """A first attempt of a write task with no row leaves Kafka alone (no transaction, no marker); the first
+    micro-batch of a new start of the query fences the ids of such tasks, so that a transaction an earlier
+    start left open under one of them (a killed attempt) holds no read_committed reader back."""
+    from confluent_kafka import Producer
+
+    from controlmsg.core.codec import encode_user_rows
+    from controlmsg.core.naming import task_name, transactional_id
+    from controlmsg.kafka.markers import MarkerStore
+
+    source = tmp_path / "in"
+    source.mkdir()
+
+    def add_file(f: int) -> None:
+        path = source / f"part-{f}.json"
+        path.write_text("".join(json.dumps({"user": "u0", "ts": 1_767_225_600 + f * 60 + j, "n": f * 10 + j}) + "\n"
+                                for j in range(10)))
+        os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))
+
+    topic = new_topic(2)
+    checkpoint = tmp_path / "ck"
+    opts = options(topic, bootstrap_servers, job="skip", key="user", eventTime="ts", allowedLateness="5s")
+
+    def run() -> None:
+        stream = (spark.readStream.schema("user string, ts timestamp, n long").option("maxFilesPerTrigger", 1)
+                  .json(str(source)).repartition(4, "user"))  # one user: one task with rows, three without
+        query = (stream.writeStream.format("controlmsg").options(**opts)
+                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        assert query.awaitTermination(120)
+        assert query.exception() is None
+
+    def marker(i: int) -> dict[str, Any] | None:
+        with MarkerStore(kafka_config, transactional_id(topic, task_name("skip", "r1", i)), topic) as store:
+            return store.load()
+
+    add_file(0)
+    add_file(1)
+    run()
+    markers = {i: m for i in range(4) if (m := marker(i)) is not None}
+    written = list(markers)
+    assert len(written) == 1 and markers[written[0]]["rows"] == 10  # the empty tasks left no marker
+    status = run_status(opts)
+    assert status is not None and status["batch"] == 1 and status["writeTasks"] == 4
+
+    # An attempt of an empty task's id, of an earlier start of the query, killed inside its transaction.
+    empty = next(i for i in range(4) if i not in written)
+    orphan = Producer({**kafka_config, "transactional.id": transactional_id(topic, task_name("skip", "r1", empty)),
+                       "transaction.timeout.ms": 600_000})  # the broker would not abort it during the test
+    orphan.init_transactions(30)
+    orphan.begin_transaction()
+    for p in range(2):
+        orphan.produce(topic, encode_user_rows([b'{"user": "zombie", "ts": 0, "n": -1}'])[0], partition=p)
+    orphan.flush(30)
+
+    add_file(2)
+    run()  # a new start: its first micro-batch skips the empty tasks and fences their ids
+    assert end_stream(opts) == 1
+    wire = dump_topic(kafka_config, topic)  # read_committed: an open transaction would hide what follows it
+    assert count_by(wire, "eos") == {(p, "skip-r1-driver"): 1 for p in range(2)}
+    data = sorted(r.value["n"] for r in wire if r.kind == "data")
+    assert data == list(range(30))
+    assert marker(empty) is None
+
+
 def test_write_stream_takes_any_number_of_writer_partitions_and_the_driver_holds_the_watermark(
     spark: SparkSession, bootstrap_servers: str, kafka_config: dict[str, Any], new_topic: Callable[..., str],
     tmp_path: Path,
