@@ -1,6 +1,7 @@
 """The pipeline CLI: three separate Spark applications, started downstream first, end by themselves with
-the oracle's result; on local Spark and on a Spark standalone cluster (master and worker processes from
-the pyspark installation)."""
+the oracle's result; on local Spark, and the streaming chain on a Spark standalone cluster (master and worker
+processes from the pyspark installation). The backfill chain on a standalone cluster runs in
+``tests/test_docker_compose.py`` (its master and worker in containers)."""
 
 from __future__ import annotations
 
@@ -94,18 +95,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield started
     finally:
         stop_cluster(started)
-
-
-def test_pipeline_on_standalone_cluster(spark: SparkSession, bootstrap_servers: str, cluster: Cluster,
-                                        tmp_path: Path) -> None:
-    output = tmp_path / "hourly.parquet"
-    done = run_cli(bootstrap_servers, output, "--master", cluster.master_url,
-                   "--spark-conf", "spark.cores.max=2", "--spark-conf", "spark.executor.memory=1g")
-    assert done.returncode == 0, done.stderr[-3000:]
-    check_output(spark, output)
-    # The work ran in executors the worker launched, not in the drivers.
-    executors = list((cluster.directory / "work").glob("app-*/*/stderr"))
-    assert len({p.parent.parent for p in executors}) == 3
 
 
 def test_streaming_pipeline_on_standalone_cluster(spark: SparkSession, kafka_config: dict[str, Any],
