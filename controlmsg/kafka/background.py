@@ -25,6 +25,9 @@ _QUEUE: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
 _pid: int | None = None
+_MAX_PENDING = 8
+"""Actions queued at most: beyond, the caller runs its action itself (each pending destruction holds a
+client's threads and connections; tasks shorter than a destruction must not pile them up)."""
 
 
 def _serve() -> None:
@@ -45,7 +48,8 @@ def _drain() -> None:
 
 def run_later(action: Callable[[], None]) -> None:
     """Run ``action`` on this process's background thread (started on first use, again in a forked child),
-    after the actions queued before it. Returns at once. An exception it raises is logged."""
+    after the actions queued before it, and return at once; or, with :data:`_MAX_PENDING` actions waiting
+    already, run it here and return when it is done. An exception it raises is logged, not raised."""
     global _thread, _pid
     with _lock:
         if _thread is None or _pid != os.getpid() or not _thread.is_alive():
@@ -54,4 +58,10 @@ def run_later(action: Callable[[], None]) -> None:
             _pid = os.getpid()
             _thread = threading.Thread(target=_serve, name="controlmsg-background", daemon=True)
             _thread.start()
-    _QUEUE.put(action)
+        if _QUEUE.qsize() < _MAX_PENDING:
+            _QUEUE.put(action)
+            return
+    try:
+        action()
+    except Exception:
+        _LOG.exception("action %r failed", action)
