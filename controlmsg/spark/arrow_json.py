@@ -7,7 +7,8 @@ envelopes with Arrow's compute kernels instead: each column becomes its JSON tex
 joined row by row, and only the finished values become Python objects. No dict or value object per cell.
 
 **The same JSON as orjson, value for value.** Parsed, each value equals the orjson path's (the bytes
-equal too, but for ``1e+15``-like doubles, which orjson may spell out in full). Strings: ``\\`` and ``"``
+equal too, but for some integral doubles that Arrow writes with an exponent, ``1e+10``, and orjson in
+full, ``10000000000.0``). Strings: ``\\`` and ``"``
 escaped, UTF-8 as it is (as orjson); a batch with a control character (U+0000-U+001F) in a string column
 is left to orjson. Doubles: shortest round-trip digits, a ``.0`` where Arrow writes an integral value as an
 integer (``100`` -> ``100.0``, ``-0`` -> ``-0.0``, so a reader still sees a double), NaN and infinities as
