@@ -8,9 +8,13 @@
    each the calls of the data source's task body (``controlmsg.spark.writing``), timed apart: the
    transactional ``ControlWriter`` (producer and ``init_transactions``), the marker lookup (a consumer of
    the task's group), ``--rows-per-task`` rows, the marker added to the transaction, the commit, closing.
-   Twice, alternating per round: with librdkafka's ``enable.sparse.connections`` false (controlmsg's
-   default since this benchmark) and true (librdkafka's default, controlmsg's before). Medians per phase
-   and the wall time per task.
+   Four ways, alternating per round: as the task body makes them (librdkafka's
+   ``enable.sparse.connections`` false, the producer destroyed on a background thread); with the producer
+   left to the garbage collector (before issue 32); with the marker's consumer made first, so that it
+   connects while the producer initialises transactions (tried in issue 32, not adopted:
+   docs/PERFORMANCE.md); and with sparse connections true (librdkafka's default, controlmsg's before issue
+   24). Medians per phase and the wall time per task (the wall includes what each way leaves to the
+   garbage collector or the background thread, as far as it delays the next task).
 2. **In Spark** (``--master``): the same DataFrame (``--tasks`` partitions, ``--rows-per-task`` rows each,
    cached) written with ``format("noop")`` (Spark's floor: a JVM writer that writes nothing), a Python
    data source that writes nothing (the floor of any Python data source: a Python worker call per task),
@@ -54,10 +58,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def task_calls(config: dict[str, Any], topic: str, partitions: int, rows: int) -> dict[str, float]:
-    """One write task's Kafka calls, as ``controlmsg.spark.writing._write_task`` makes them: seconds each."""
+def task_calls(config: dict[str, Any], topic: str, partitions: int, rows: int,
+               consumer_first: bool = False, destroy_later: bool = True) -> dict[str, float]:
+    """One write task's Kafka calls, as ``controlmsg.spark.writing._write_task`` makes them: seconds each.
+    ``consumer_first``: the marker's consumer made before the producer initialises transactions, so that
+    it connects meanwhile (tried in issue 32: slower per task here, not adopted). ``destroy_later``: the
+    producer destroyed on the background thread (``run_later(writer.destroy)``, the task body since issue
+    32); false: left to the garbage collector, in the middle of later work (before)."""
     from controlmsg.core.codec import encode_json
     from controlmsg.kafka import ControlWriter
+    from controlmsg.kafka.background import run_later
     from controlmsg.kafka.markers import MarkerStore
 
     name = f"bench-{uuid.uuid4().hex[:12]}"
@@ -71,10 +81,11 @@ def task_calls(config: dict[str, Any], topic: str, partitions: int, rows: int) -
         times[phase] = now - clock
         clock = now
 
+    early = MarkerStore(config, txn_id, topic) if consumer_first else None
     writer = ControlWriter({**config, "transactional.id": txn_id}, topic, task_name=name, task_count=None,
                            run_id="bench", partitions=partitions, data_headers=True)
     lap("producer and init_transactions")
-    with MarkerStore(config, txn_id, topic) as store:
+    with early or MarkerStore(config, txn_id, topic) as store:
         store.load()
         lap("marker lookup")
         with writer:
@@ -85,19 +96,25 @@ def task_calls(config: dict[str, Any], topic: str, partitions: int, rows: int) -
             lap("marker in the transaction")
         lap("commit and close")
     lap("marker store close")
+    if destroy_later:
+        run_later(writer.destroy)
     return times
 
 
 def part_one(args: argparse.Namespace, config: dict[str, Any], topic: str) -> None:
-    sides = {"sparse false (now)": {**config, SPARSE: False}, "sparse true (before)": {**config, SPARSE: True}}
+    sides = {"now": ({**config, SPARSE: False}, False, True),
+             "producer left to the GC (before issue 32)": ({**config, SPARSE: False}, False, False),
+             "the marker's consumer first (tried)": ({**config, SPARSE: False}, True, True),
+             "sparse true (before issue 24)": ({**config, SPARSE: True}, False, False)}
     phases: dict[str, dict[str, list[float]]] = {side: {} for side in sides}
     walls: dict[str, list[float]] = {side: [] for side in sides}
     per_round = max(1, args.calls // args.rounds)
     for _ in range(args.rounds):
-        for side, conf in sides.items():
+        for side, (conf, consumer_first, destroy_later) in sides.items():
             started = time.perf_counter()
             for _ in range(per_round):
-                for phase, seconds in task_calls(conf, topic, args.partitions, args.rows_per_task).items():
+                for phase, seconds in task_calls(conf, topic, args.partitions, args.rows_per_task,
+                                                 consumer_first, destroy_later).items():
                     phases[side].setdefault(phase, []).append(seconds)
             walls[side].append((time.perf_counter() - started) / per_round)
     names = list(next(iter(phases.values())))

@@ -369,6 +369,18 @@ class ControlWriter:
             return True
         return abort_or_fence(self._producer, self._conf, self.topic, timeout=timeout)
 
+    def destroy(self) -> None:
+        """Destroy the producer now (librdkafka's ``rd_kafka_destroy``, which blocks until the client's
+        threads have ended; confluent-kafka lets other Python threads run meanwhile) instead of whenever the
+        garbage collector breaks the cycle between the producer and this writer's delivery callback, at a
+        moment of some later work. Call it once done (after :meth:`close`: what is not committed or delivered
+        by then is lost); the writer is unusable afterwards. :func:`~controlmsg.kafka.background.run_later`
+        runs it off the caller's thread."""
+        producer = self._producer
+        del self._producer, self._produce_call
+        self._conf.pop("on_delivery", None)
+        del producer  # the last reference: the producer is destroyed here
+
     def __enter__(self) -> ControlWriter:
         return self
 

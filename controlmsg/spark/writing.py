@@ -81,7 +81,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from controlmsg.core.codec import encode_json_rows, encode_user_rows
+from controlmsg.core.codec import encode_json_rows, encode_user, encode_user_rows
 from controlmsg.core.messages import MAX_TIMESTAMP, EndOfStreamMessage, WatermarkMessage
 from controlmsg.core.naming import (
     driver_task_name,
@@ -93,10 +93,12 @@ from controlmsg.core.naming import (
 from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import ControlMsgError
 from controlmsg.kafka.admin import create_topic, partition_count
+from controlmsg.kafka.background import run_later
 from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
 from controlmsg.kafka.refusals import mark_reached
 from controlmsg.kafka.settings import worker_logging
 from controlmsg.kafka.writer import RESERVED_HEADER_PREFIX, ControlWriter, fence_transactions
+from controlmsg.spark.arrow_json import flat_json_envelopes
 from controlmsg.spark.chunks import Chunks
 from controlmsg.spark.options import STAGE_PROGRESS_DRIVER, STAGE_PROGRESS_OFFSET_LOG, WriteOptions
 from controlmsg.spark.phases import log_phase
@@ -123,6 +125,8 @@ _QUERY_RUN_PROPERTIES: Final = ("sql.streaming.runId", "spark.jobGroup.id")
 """Where a task finds its streaming query's run id: Spark's run-id property, else the job group, which a
 streaming query sets to its run id."""
 _JSON_OPTIONS: Final = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC | orjson.OPT_NON_STR_KEYS
+_USER_ENVELOPE: Final = encode_user(b"")
+"""A user record's envelope before its payload: a flat row's JSON is made after it in Arrow (arrow_json)."""
 _DRIVER: Final = "driver"
 """The driver's marker says ``"upstream": "driver"``: the driver is the run's one upstream task."""
 
@@ -570,6 +574,7 @@ def _write_task(plan: _Plan, batches: Iterator[pa.RecordBatch], *, batch_id: int
                 f"not by this one ({query_id}); a new query (a new checkpointLocation) needs a new runId")
         if earlier is not None and not earlier.get("partial") and int(earlier.get("batch", 0)) >= batch_id:
             writer.close(opts.timeout)  # nothing was sent: ends the empty transaction
+            run_later(writer.destroy)
             for _ in batches:  # the input must still be consumed
                 pass
             return TaskCommit(index, attempt, int(earlier["rows"]), earlier.get("maxEventTime"), True, query_id,
@@ -590,6 +595,8 @@ def _write_task(plan: _Plan, batches: Iterator[pa.RecordBatch], *, batch_id: int
         # Leaving the block committed the transaction: the records and the marker together.
         if stage is not None:
             stage("after_commit", writer)
+    # Nothing waits for the producer's end (tens of ms of librdkafka's threads ending): off the task's path.
+    run_later(writer.destroy)
     return TaskCommit(index, attempt, rows, max_t, False, query_id, time.monotonic() - started)
 
 
@@ -681,9 +688,10 @@ def _write_rows(writer: ControlWriter, batches: Iterator[pa.RecordBatch], plan: 
     """Send every row as a record, its payload the ``value`` column's bytes or else the row as JSON; return
     the number of rows and the largest event time. One
     :meth:`~controlmsg.kafka.writer.ControlWriter.send_encoded` per Arrow batch: its values encoded in one
-    loop, its keys taken from the key column as one list. ``chunks`` (option ``commitRows``): the task's
-    :class:`~controlmsg.spark.chunks.Chunks`, which skips what an earlier attempt committed, and the call
-    that commits when a chunk is due, after each batch."""
+    loop (a batch of strings, numbers and booleans only: column by column in Arrow, the same JSON,
+    :mod:`controlmsg.spark.arrow_json`), its keys taken from the key column as one list. ``chunks`` (option
+    ``commitRows``): the task's :class:`~controlmsg.spark.chunks.Chunks`, which skips what an earlier attempt
+    committed, and the call that commits when a chunk is due, after each batch."""
     import pyarrow as pa
 
     send = writer.send_encoded
@@ -697,10 +705,12 @@ def _write_rows(writer: ControlWriter, batches: Iterator[pa.RecordBatch], plan: 
             continue
         if plan.value_index is not None:
             values = _payloads(batch.column(plan.value_index), plan, writer.task_name, rows)
-        elif plan.headers_index is not None:
-            values = encode_json_rows(_utc(batch.drop_columns([_HEADERS])).to_pylist(), _json_default, _JSON_OPTIONS)
         else:
-            values = encode_json_rows(_utc(batch).to_pylist(), _json_default, _JSON_OPTIONS)
+            body = batch if plan.headers_index is None else batch.drop_columns([_HEADERS])
+            flat = flat_json_envelopes(body, _USER_ENVELOPE)
+            # A column of another type: the row as a dict, through orjson.
+            values = flat if flat is not None else encode_json_rows(_utc(body).to_pylist(), _json_default,
+                                                                    _JSON_OPTIONS)
         headers = (None if plan.headers_index is None else
                    _record_headers(batch.column(plan.headers_index), plan, writer.task_name, rows))
         keys: list[Any] | None = None

@@ -168,6 +168,28 @@ def test_transactions_hide_aborted_records(kafka_config: dict[str, Any], new_top
     assert isinstance(items[-1], StreamEnded)
 
 
+def test_a_writer_destroyed_after_close_off_the_thread_keeps_what_it_committed(
+        kafka_config: dict[str, Any], new_topic: Callable[..., str]) -> None:
+    """What a Spark write task does at its end: close (commit), then hand the producer's destruction to the
+    background thread (controlmsg.kafka.background); the records stay committed, the writer is done."""
+    from controlmsg.kafka.background import run_later
+
+    topic = new_topic(2)
+    w = ControlWriter({**kafka_config, "transactional.id": f"{topic}-task-0"}, topic, task_name="t", task_count=1)
+    w.send({"n": 1}, key="a")
+    w.send_end_of_stream()
+    w.close()
+    destroyed = threading.Event()
+    run_later(w.destroy)
+    run_later(destroyed.set)
+    assert destroyed.wait(60)
+    with pytest.raises(AttributeError):
+        w.send({"n": 2})  # no producer any more
+    with ControlReader(kafka_config, topic) as reader:
+        items = list(reader.read_until_end(timeout=30))
+    assert [decode_json_payload(i.payload) for i in items if isinstance(i, DataRecord)] == [{"n": 1}]
+
+
 def test_send_encoded_and_poll_columns_are_send_and_poll_per_record(
         kafka_config: dict[str, Any], new_topic: Callable[..., str]) -> None:
     """The batch paths give the same records, keys, headers, positions and run filter as the per-record ones."""

@@ -137,6 +137,32 @@ def test_a_value_column_is_the_payload_as_it_is(spark: SparkSession, bootstrap_s
         assert back.count() == 120 and back.where("user IS NULL").count() == sum(r[0] is None for r in rows)
 
 
+def test_flat_rows_are_the_same_json_made_in_arrow(spark: SparkSession, bootstrap_servers: str,
+                                                  new_topic: Callable[..., str]) -> None:
+    """Rows of strings, numbers and booleans only are made JSON column by column in Arrow
+    (controlmsg.spark.arrow_json): each record's value is the row's JSON as orjson makes it (NaN and
+    infinities null, doubles stay doubles), and a batch with a control character in a string goes the orjson
+    way, escaped; both read back as written."""
+    flat = "user string, n long, i int, score double, f float, ok boolean"
+    users = ["anna", 'o\'neil "q"', "back\\slash", "line\nbreak", "😀", None]
+    scores = [0.5, float("nan"), float("inf"), -0.0, 100.0, 1e20, None]
+    rows = [(users[k % 6], k * 1_000_000_007 if k % 5 else None, k, scores[k % 7], k / 4, k % 3 == 0 if k % 4 else None)
+            for k in range(84)]
+    topic = new_topic(3)
+    df = spark.createDataFrame(rows, flat).repartition(4, "user")  # one task has the line break, the others not
+    df.write.format("controlmsg").mode("append").options(**options(topic, bootstrap_servers, key="user")).save()
+
+    raw = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers)).load().collect()
+    expected = [orjson.dumps(dict(zip(("user", "n", "i", "score", "f", "ok"), r, strict=True))) for r in rows]
+
+    def as_read(values: Any) -> list[str]:  # repr: 100.0 and 100, -0.0 and 0 differ
+        return sorted(repr(orjson.loads(v)) for v in values)
+
+    assert as_read(r.value for r in raw) == as_read(expected)
+    back = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers)).schema(flat).load()
+    assert back.count() == 84 and back.where("user = 'line\nbreak'").count() == sum(r[0] == "line\nbreak" for r in rows)
+
+
 def test_a_null_value_fails_the_write_naming_the_row_and_commits_nothing(
         spark: SparkSession, bootstrap_servers: str, kafka_config: dict[str, Any],
         new_topic: Callable[..., str]) -> None:
