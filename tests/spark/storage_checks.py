@@ -5,16 +5,13 @@ settings that need a new JVM, such as ``spark.jars``, or for a standalone master
 ``parquet_and_checkpoint(spark, base)``: a Parquet write and read back; then a streaming query (a Parquet
 file source, one file per micro-batch, ``availableNow``) with its checkpoint under ``base``, run twice: the
 second run must take only the file added after the first, which it can only know from the checkpoint it
-reads back from the cluster storage. ``executor_dirs(spark, base)``: a write of rows that each carry the
-working directory of the Python worker that made them (a standalone executor runs in
-``<worker work dir>/<app id>/<executor id>``).
+reads back from the cluster storage.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -75,27 +72,9 @@ def parquet_and_checkpoint(spark: SparkSession, base: str) -> dict[str, Any]:
             "checkpoint": list_names(spark, f"{base}/checkpoint")}
 
 
-def executor_dirs(spark: SparkSession, base: str, partitions: int = 8) -> list[str]:
-    """Write ``partitions`` partitions to ``base``/by-executor, each row with its Python worker's working
-    directory; read them back and return the distinct directories."""
-
-    def cwd(_: int) -> str:
-        import time
-
-        time.sleep(0.3)  # long enough that one core cannot take every task before the other starts
-        return os.getcwd()
-
-    where = F.udf(cwd, StringType())
-    frame = spark.range(0, partitions * 4, numPartitions=partitions).withColumn("cwd", where(F.col("id")))
-    frame.write.parquet(f"{base}/by-executor")
-    read = spark.read.parquet(f"{base}/by-executor")
-    assert read.count() == partitions * 4, "rows lost on the way through the file system"
-    return sorted(str(r["cwd"]) for r in read.select("cwd").distinct().collect())
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="a cluster-storage check as a Spark application of its own")
-    parser.add_argument("check", choices=["parquet-and-checkpoint", "executor-dirs"])
+    parser.add_argument("check", choices=["parquet-and-checkpoint"])
     parser.add_argument("--master", required=True)
     parser.add_argument("--base", required=True, help="a fresh directory URI (hdfs://..., s3a://...)")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
@@ -108,11 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = spark_session(args.master, app_name=f"storage-{args.check}", conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        result: Any
-        if args.check == "parquet-and-checkpoint":
-            result = parquet_and_checkpoint(spark, args.base)
-        else:
-            result = {"dirs": executor_dirs(spark, args.base), "app_id": spark.sparkContext.applicationId}
+        result: Any = parquet_and_checkpoint(spark, args.base)
         args.result.write_text(json.dumps(result))
     finally:
         spark.stop()

@@ -1,7 +1,7 @@
 """Cluster storage for real: Spark writes and reads Parquet, and keeps a streaming query's checkpoint, on a
 local HDFS (Hadoop's minicluster) and on a local S3 endpoint (moto, through s3a); a two-worker standalone
-cluster writes to that HDFS from both workers. Real processes throughout (see ``tests/spark/conftest.py``
-for the fixtures, ``storage_checks.py`` for what runs in Spark).
+cluster's executors on both workers write there in ``test_stage_chain_clusters.py``. Real processes
+throughout (see ``tests/spark/conftest.py`` for the fixtures, ``storage_checks.py`` for what runs in Spark).
 """
 
 from __future__ import annotations
@@ -9,17 +9,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
-from controlmsg.clusters.hdfs import HdfsCluster
 from controlmsg.clusters.processes import log_tail
-from controlmsg.clusters.standalone import start_cluster, stop_cluster
 
 from . import storage_checks
 from .helpers import spark_conf_args
@@ -64,33 +60,3 @@ def test_parquet_and_a_streaming_checkpoint_on_s3(s3a_conf: dict[str, str], s3_d
     # spark.jars (hadoop-aws, the AWS SDK bundle) needs a JVM of its own: a driver in a subprocess.
     result = run_driver(tmp_path, "parquet-and-checkpoint", "local[2]", s3_dir, s3a_conf)
     assert_parquet_and_checkpoint(result)
-
-
-def _master_json(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{url}/json/", timeout=10) as response:
-        found: dict[str, Any] = json.loads(response.read())
-    return found
-
-
-def test_a_two_worker_standalone_cluster_writes_to_hdfs(
-        hdfs: HdfsCluster, hdfs_dir: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
-    cluster = start_cluster(tmp_path_factory.mktemp("spark-2-workers"), cores=1, memory="1g", workers=2)
-    try:
-        assert _master_json(cluster.master_web_url)["aliveworkers"] == 2
-        conf = {"spark.cores.max": "2", "spark.executor.cores": "1", "spark.executor.memory": "512m",
-                # Start no task before both executors are there, so each worker's executor gets some.
-                "spark.scheduler.minRegisteredResourcesRatio": "1.0",
-                "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s"}
-        result = run_driver(tmp_path, "executor-dirs", cluster.master_url, hdfs_dir, conf)
-        app_id = result["app_id"]
-        # Each Python worker ran in its executor's directory, <worker work dir>/<app id>/<executor id>.
-        dirs = [Path(d) for d in result["dirs"]]
-        assert len(dirs) == 2, f"the tasks ran in {dirs}, not in one executor on each worker"
-        assert {d.parent.name for d in dirs} == {app_id}
-        assert sorted(d.parent.parent for d in dirs) == sorted(cluster.worker_dirs)
-        deadline = time.monotonic() + 30
-        while app_id not in {app["id"] for app in _master_json(cluster.master_web_url)["completedapps"]}:
-            assert time.monotonic() < deadline, f"the master does not list {app_id} as completed"
-            time.sleep(0.5)
-    finally:
-        stop_cluster(cluster)

@@ -61,6 +61,8 @@ def test_the_stage_chain_on_a_two_worker_cluster_with_hdfs_and_s3_checkpoints_af
         stages.kill9("stage_window")
         stages.start("stage_window")
         stages.wait(900)
+        # Executors ran on both workers: three applications of two cores on two workers of three cores.
+        assert all(list(Path(d).glob("app-*/*/stderr")) for d in cluster.worker_dirs), cluster.worker_dirs
     finally:
         stages.close()
         stop_cluster(cluster)
