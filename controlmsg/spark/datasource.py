@@ -33,15 +33,31 @@ def _append_only(overwrite: bool) -> None:
                          "Kafka topic, so mode('overwrite') is refused; use mode('append') and a new runId")
 
 
-def _one_topic(options: Mapping[str, str], schema: StructType) -> None:
-    """``format("kafka")`` takes each row's topic from a ``topic`` column when no option names one. A
-    controlmsg write is one run of one topic, whose end of stream its readers wait for, so such a write is
-    refused rather than written to a topic the column does not choose."""
-    named = any(key.lower() == "topic" and value for key, value in options.items())
-    if not named and any(field.name.lower() == "topic" for field in schema.fields):
+_KAFKA_WRITE_COLUMNS = frozenset({"key", "value", "topic", "partition", "headers"})
+"""The columns ``df.write.format("kafka")`` takes by name."""
+
+
+def _refuse_kafka_shapes(options: Mapping[str, str], schema: StructType) -> None:
+    """A write shaped for ``format("kafka")`` that a controlmsg writer would carry out otherwise is refused in
+    one line rather than written differently:
+
+    - a ``topic`` column without the option ``topic``: ``format("kafka")`` takes each row's topic from it; a
+      controlmsg write is one run of one topic, whose end of stream its readers wait for;
+    - a DataFrame of ``format("kafka")``'s columns only (``value`` among them) without the options ``key``
+      and ``value``: ``format("kafka")`` writes the ``value`` column as the payload, a controlmsg writer
+      writes each row as one JSON object unless the option ``value`` names the column."""
+    given = {key.lower() for key, value in options.items() if value}
+    names = {field.name.lower() for field in schema.fields}
+    if "topic" not in given and "topic" in names:
         raise ValueError("a 'topic' column does not choose the topic of a controlmsg write: a run is one topic, "
                          "whose end of stream its readers wait for; give the option 'topic' (the column is then a "
                          "field of each record's value)")
+    if "value" in names and names <= _KAFKA_WRITE_COLUMNS and not given & {"key", "value"}:
+        raise ValueError(f"the columns {', '.join(sorted(names))} are format('kafka')'s, but a controlmsg writer "
+                         "takes a column as the record's payload only by the option 'value' and as its key by the "
+                         "option 'key' (else it writes each row as one JSON object): give .option('value', 'value') "
+                         "and .option('key', 'key') to write them as format('kafka') does, or either option to "
+                         "choose")
 
 
 class ControlMsgDataSource(DataSource):
@@ -84,12 +100,12 @@ class ControlMsgDataSource(DataSource):
         from controlmsg.spark.writing import BatchWriter
 
         _append_only(overwrite)
-        _one_topic(self.options, schema)
+        _refuse_kafka_shapes(self.options, schema)
         return BatchWriter(WriteOptions.parse(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from controlmsg.spark.writing import StreamWriter
 
         _append_only(overwrite)
-        _one_topic(self.options, schema)
+        _refuse_kafka_shapes(self.options, schema)
         return StreamWriter(WriteOptions.parse(self.options), schema)

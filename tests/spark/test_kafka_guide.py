@@ -6,8 +6,11 @@ named in :data:`EXAMPLES`).
 Every example ends one of three ways, and the README counts them from :data:`EXAMPLES`:
 
 - ``unchanged``: it runs as the guide writes it (the format's name aside) and gives the guide's rows;
-- ``changed``: it runs with the changes docs/SPARK.md documents;
+- ``changed``: as the guide writes it, it is refused in one line that names the change; with the change
+  docs/SPARK.md documents, it runs and gives the guide's rows;
 - ``refused``: the source refuses it when the query is defined or started, with the one line named here.
+
+None runs with a result other than the guide's: each is checked as the guide writes it first.
 
 What the guide leaves out and both sources need is added to both without counting as a change: the broker's
 address in place of ``host1:port1,host2:port2``, the topics' names, a checkpoint location for a streaming
@@ -35,6 +38,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 FORMAT = "controlmsg"
 RECORDS = 40  # per plain topic: topic1 has 2 partitions, topic2 1
+PLAIN = {"envelope": "none"}  # the documented change of a read: a topic any producer writes
 
 
 @dataclass(frozen=True)
@@ -54,12 +58,15 @@ class Topics:
 @dataclass(frozen=True)
 class Example:
     """One of the guide's examples: ``outcome`` is ``unchanged``, ``changed`` or ``refused``; ``changes`` says
-    what changed (docs/SPARK.md's words) or, for ``refused``, a pattern of the one line it is refused with."""
+    what changed (docs/SPARK.md's words); ``refusal`` is a pattern of the one line that refuses the example as
+    the guide writes it (``run(spark, topics, False)``), which names the change; ``run(spark, topics, True)``
+    runs it with the change."""
 
     name: str
     outcome: str
     changes: str
-    run: Callable[[SparkSession, Topics], Any]
+    refusal: str
+    run: Callable[[SparkSession, Topics, bool], Any]
 
 
 def drain(df: DataFrame, name: str) -> list[Row]:
@@ -75,50 +82,50 @@ def drain(df: DataFrame, name: str) -> list[Row]:
 
 # ------------------------------------------------------------------------------------- reading a stream
 
-def stream_one_topic(spark: SparkSession, t: Topics) -> list[Row]:
+def stream_one_topic(spark: SparkSession, t: Topics, changed: bool) -> list[Row]:
     # Subscribe to 1 topic
     df = spark \
         .readStream \
         .format(FORMAT) \
         .option("kafka.bootstrap.servers", t.servers) \
-        .option("envelope", "none") \
+        .options(**(PLAIN if changed else {})) \
         .option("subscribe", t.topic1) \
         .load()  # changed: envelope none, a plain topic
     return drain(df.selectExpr("CAST(key AS STRING)", "CAST(value AS STRING)"), "one")
 
 
-def stream_one_topic_with_headers(spark: SparkSession, t: Topics) -> list[Row]:
+def stream_one_topic_with_headers(spark: SparkSession, t: Topics, changed: bool) -> list[Row]:
     # Subscribe to 1 topic, with headers
     df = spark \
         .readStream \
         .format(FORMAT) \
         .option("kafka.bootstrap.servers", t.servers) \
-        .option("envelope", "none") \
+        .options(**(PLAIN if changed else {})) \
         .option("subscribe", t.topic1) \
         .option("includeHeaders", "true") \
         .load()  # changed: envelope none
     return drain(df.selectExpr("CAST(key AS STRING)", "CAST(value AS STRING)", "headers"), "headers")
 
 
-def stream_several_topics(spark: SparkSession, t: Topics) -> list[Row]:
+def stream_several_topics(spark: SparkSession, t: Topics, changed: bool) -> list[Row]:
     # Subscribe to multiple topics
     df = spark \
         .readStream \
         .format(FORMAT) \
         .option("kafka.bootstrap.servers", t.servers) \
-        .option("envelope", "none") \
+        .options(**(PLAIN if changed else {})) \
         .option("subscribe", f"{t.topic1},{t.topic2}") \
         .load()  # changed: envelope none
     return drain(df.selectExpr("CAST(key AS STRING)", "CAST(value AS STRING)"), "several")
 
 
-def stream_pattern(spark: SparkSession, t: Topics) -> list[Row]:
+def stream_pattern(spark: SparkSession, t: Topics, changed: bool) -> list[Row]:
     # Subscribe to a pattern
     df = spark \
         .readStream \
         .format(FORMAT) \
         .option("kafka.bootstrap.servers", t.servers) \
-        .option("envelope", "none") \
+        .options(**(PLAIN if changed else {})) \
         .option("subscribePattern", t.pattern) \
         .load()  # changed: envelope none
     return drain(df.selectExpr("CAST(key AS STRING)", "CAST(value AS STRING)"), "pattern")
@@ -126,25 +133,25 @@ def stream_pattern(spark: SparkSession, t: Topics) -> list[Row]:
 
 # ------------------------------------------------------------------------------------- reading a batch
 
-def batch_one_topic(spark: SparkSession, t: Topics) -> list[Row]:
+def batch_one_topic(spark: SparkSession, t: Topics, changed: bool) -> list[Row]:
     # Subscribe to 1 topic defaults to the earliest and latest offsets
     df = spark \
         .read \
         .format(FORMAT) \
         .option("kafka.bootstrap.servers", t.servers) \
-        .option("envelope", "none") \
+        .options(**(PLAIN if changed else {})) \
         .option("subscribe", t.topic1) \
         .load()  # changed: envelope none
     return df.selectExpr("CAST(key AS STRING)", "CAST(value AS STRING)").collect()
 
 
-def batch_explicit_offsets(spark: SparkSession, t: Topics) -> list[Row]:
+def batch_explicit_offsets(spark: SparkSession, t: Topics, changed: bool) -> list[Row]:
     # Subscribe to multiple topics, specifying explicit Kafka offsets
     df = spark \
         .read \
         .format(FORMAT) \
         .option("kafka.bootstrap.servers", t.servers) \
-        .option("envelope", "none") \
+        .options(**(PLAIN if changed else {})) \
         .option("subscribe", f"{t.topic1},{t.topic2}") \
         .option("startingOffsets", f"""{{"{t.topic1}":{{"0":3,"1":-2}},"{t.topic2}":{{"0":-2}}}}""") \
         .option("endingOffsets", f"""{{"{t.topic1}":{{"0":10,"1":-1}},"{t.topic2}":{{"0":-1}}}}""") \
@@ -152,13 +159,13 @@ def batch_explicit_offsets(spark: SparkSession, t: Topics) -> list[Row]:
     return df.selectExpr("CAST(key AS STRING)", "CAST(value AS STRING)").collect()
 
 
-def batch_pattern(spark: SparkSession, t: Topics) -> list[Row]:
+def batch_pattern(spark: SparkSession, t: Topics, changed: bool) -> list[Row]:
     # Subscribe to a pattern, at the earliest and latest offsets
     df = spark \
         .read \
         .format(FORMAT) \
         .option("kafka.bootstrap.servers", t.servers) \
-        .option("envelope", "none") \
+        .options(**(PLAIN if changed else {})) \
         .option("subscribePattern", t.pattern) \
         .option("startingOffsets", "earliest") \
         .option("endingOffsets", "latest") \
@@ -181,7 +188,12 @@ def _written(spark: SparkSession, t: Topics) -> list[Row]:
         .selectExpr("CAST(key AS STRING)", "CAST(value AS STRING)").collect()
 
 
-def stream_write_topic_option(spark: SparkSession, t: Topics) -> list[Row]:
+def _kafka_write(t: Topics) -> dict[str, str]:
+    """The documented change of a write: the run, and the columns that are the record's key and value."""
+    return {"runId": t.run, "key": "key", "value": "value"}
+
+
+def stream_write_topic_option(spark: SparkSession, t: Topics, changed: bool) -> list[Row]:
     df = _plain_stream(spark, t)
     # Write key-value data from a DataFrame to a specific Kafka topic specified in an option
     ds = df \
@@ -190,9 +202,7 @@ def stream_write_topic_option(spark: SparkSession, t: Topics) -> list[Row]:
         .format(FORMAT) \
         .option("kafka.bootstrap.servers", t.servers) \
         .option("topic", t.out) \
-        .option("runId", t.run) \
-        .option("key", "key") \
-        .option("value", "value") \
+        .options(**(_kafka_write(t) if changed else {})) \
         .option("checkpointLocation", t.checkpoint) \
         .trigger(availableNow=True) \
         .start()  # changed: runId, key and value name their columns
@@ -200,7 +210,7 @@ def stream_write_topic_option(spark: SparkSession, t: Topics) -> list[Row]:
     return _written(spark, t)
 
 
-def stream_write_topic_column(spark: SparkSession, t: Topics) -> Any:
+def stream_write_topic_column(spark: SparkSession, t: Topics, changed: bool) -> Any:
     df = _plain_stream(spark, t).selectExpr(f"'{t.out}' AS topic", "key", "value")
     # Write key-value data from a DataFrame to Kafka using a topic specified in the data
     ds = df \
@@ -213,27 +223,27 @@ def stream_write_topic_column(spark: SparkSession, t: Topics) -> Any:
     ds.awaitTermination(180)
 
 
-def batch_write_topic_option(spark: SparkSession, t: Topics) -> list[Row]:
-    df = spark.read.format(FORMAT).option("kafka.bootstrap.servers", t.servers) \
+def _plain_batch(spark: SparkSession, t: Topics) -> DataFrame:
+    return spark.read.format(FORMAT).option("kafka.bootstrap.servers", t.servers) \
         .option("envelope", "none").option("subscribe", t.topic1).load()
+
+
+def batch_write_topic_option(spark: SparkSession, t: Topics, changed: bool) -> list[Row]:
+    df = _plain_batch(spark, t)
     # Write key-value data from a DataFrame to a specific Kafka topic specified in an option
     df.selectExpr("CAST(key AS STRING)", "CAST(value AS STRING)") \
         .write \
         .format(FORMAT) \
         .option("kafka.bootstrap.servers", t.servers) \
         .option("topic", t.out) \
-        .option("runId", t.run) \
-        .option("key", "key") \
-        .option("value", "value") \
-        .mode("append") \
-        .save()  # changed: runId, key and value name their columns, mode append
+        .options(**(_kafka_write(t) if changed else {})) \
+        .mode("append" if changed else "errorifexists") \
+        .save()  # changed: runId, key and value name their columns, mode append (errorifexists: the default)
     return _written(spark, t)
 
 
-def batch_write_topic_column(spark: SparkSession, t: Topics) -> Any:
-    df = spark.read.format(FORMAT).option("kafka.bootstrap.servers", t.servers) \
-        .option("envelope", "none").option("subscribe", t.topic1).load() \
-        .selectExpr(f"'{t.out}' AS topic", "key", "value")
+def batch_write_topic_column(spark: SparkSession, t: Topics, changed: bool) -> Any:
+    df = _plain_batch(spark, t).selectExpr(f"'{t.out}' AS topic", "key", "value")
     # Write key-value data from a DataFrame to Kafka using a topic specified in the data
     df.selectExpr("topic", "CAST(key AS STRING)", "CAST(value AS STRING)") \
         .write \
@@ -243,21 +253,24 @@ def batch_write_topic_column(spark: SparkSession, t: Topics) -> Any:
         .save()
 
 
+READ = r"envelope none"  # no runId, several topics or a pattern: each line names the option of a plain read
+KAFKA_COLUMNS = r"are format\('kafka'\)'s, but a controlmsg writer takes a column as the record's payload only by"
 TOPIC_COLUMN = r"a 'topic' column does not choose the topic"
 EXAMPLES = [
-    Example("readStream, subscribe to 1 topic", "changed", "envelope none", stream_one_topic),
-    Example("readStream, 1 topic with headers", "changed", "envelope none", stream_one_topic_with_headers),
-    Example("readStream, multiple topics", "changed", "envelope none", stream_several_topics),
-    Example("readStream, a pattern", "changed", "envelope none", stream_pattern),
-    Example("read, 1 topic, earliest to latest", "changed", "envelope none", batch_one_topic),
-    Example("read, multiple topics, explicit offsets", "changed", "envelope none", batch_explicit_offsets),
-    Example("read, a pattern, earliest to latest", "changed", "envelope none", batch_pattern),
-    Example("writeStream, topic in an option", "changed", "runId; key and value options",
+    Example("readStream, subscribe to 1 topic", "changed", "envelope none", READ, stream_one_topic),
+    Example("readStream, 1 topic with headers", "changed", "envelope none", READ, stream_one_topic_with_headers),
+    Example("readStream, multiple topics", "changed", "envelope none", READ, stream_several_topics),
+    Example("readStream, a pattern", "changed", "envelope none", READ, stream_pattern),
+    Example("read, 1 topic, earliest to latest", "changed", "envelope none", READ, batch_one_topic),
+    Example("read, multiple topics, explicit offsets", "changed", "envelope none", READ, batch_explicit_offsets),
+    Example("read, a pattern, earliest to latest", "changed", "envelope none", READ, batch_pattern),
+    Example("writeStream, topic in an option", "changed", "runId; key and value options", KAFKA_COLUMNS,
             stream_write_topic_option),
-    Example("writeStream, topic in the data", "refused", TOPIC_COLUMN, stream_write_topic_column),
+    Example("writeStream, topic in the data", "refused", "", TOPIC_COLUMN, stream_write_topic_column),
+    # Spark refuses the default mode errorifexists for every Python data source, before the source is asked.
     Example("write, topic in an option", "changed", "runId; key and value options; mode append",
-            batch_write_topic_option),
-    Example("write, topic in the data", "refused", TOPIC_COLUMN, batch_write_topic_column),
+            r"ErrorIfExists|errorifexists", batch_write_topic_option),
+    Example("write, topic in the data", "refused", "", TOPIC_COLUMN, batch_write_topic_column),
 ]
 
 
@@ -292,15 +305,16 @@ def test_the_integration_guides_example(example: Example, spark: SparkSession, k
     out = f"guide-out-{uuid.uuid4().hex[:8]}"
     t = Topics(base.servers, base.topic1, base.topic2, base.pattern, out, uuid.uuid4().hex[:8],
                str(tmp_path / "checkpoint"))
+    # As the guide writes it (the format's name aside): refused in one line that names what to change.
+    with pytest.raises(Exception) as refused:  # Spark wraps the source's error in its own kind
+        example.run(spark, t, False)
+    assert re.search(example.refusal, str(refused.value), re.DOTALL), str(refused.value)[-2000:]
     if example.outcome == "refused":
-        with pytest.raises(Exception) as refused:  # Spark wraps the source's error in its own kind
-            example.run(spark, t)
-        assert re.search(example.changes, str(refused.value)), str(refused.value)[-2000:]
         return
-    got = example.run(spark, t)
+    got = example.run(spark, t, True)
     one = sorted((k, v) for topic, k, v in sent if topic == t.topic1)
     both = sorted((k, v) for _, k, v in sent)
-    expected: dict[Callable[[SparkSession, Topics], Any], list[tuple[str, str]]] = {
+    expected: dict[Callable[[SparkSession, Topics, bool], Any], list[tuple[str, str]]] = {
         stream_one_topic: one, stream_one_topic_with_headers: one, stream_several_topics: both,
         stream_pattern: both, batch_one_topic: one, batch_pattern: both, stream_write_topic_option: one,
         batch_write_topic_option: one,
