@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-timeout", default="10s",
                    help="with --streaming: a quiet source partition stops holding the watermark back after this "
                         "('never': it holds it until it gives records again)")
+    p.add_argument("--stall-limit", default="180s",
+                   help="with --streaming: a long-running task that does not turn its loop for this long is "
+                        "wedged and retried from its last commit (docs/OPERATIONS.md)")
     p.add_argument("--max-rate", type=float,
                    help="with --streaming: read at most this many source records/s per ingest task")
     p.add_argument("--key", required=True)
@@ -177,7 +180,7 @@ def _job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str,
         extra = ["--source-topic", args.source_topic, "--key", args.key, "--event-time", args.event_time,
                  "--topic", events, "--partitions", str(args.partitions), "--tasks", str(args.tasks),
                  "--allowed-lateness", args.allowed_lateness, "--watermark-interval", args.watermark_interval,
-                 "--idle-timeout", args.idle_timeout, *carry]
+                 "--idle-timeout", args.idle_timeout, "--stall-limit", args.stall_limit, *carry]
         if args.max_rate is not None:
             extra += ["--max-rate", str(args.max_rate)]
         if args.until_source_end:
@@ -189,7 +192,8 @@ def _job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str,
             extra += ["--commit-rows", str(args.commit_rows)]
     elif job == "stream_window":  # a window task per partition of the events topic: no --tasks
         extra = ["--input-topic", events, "--output-topic", windows, "--window", args.window,
-                 "--partitions", str(args.partitions), "--commit-interval", args.watermark_interval, *sums]
+                 "--partitions", str(args.partitions), "--commit-interval", args.watermark_interval,
+                 "--stall-limit", args.stall_limit, *sums]
     elif job == "stream_sink":  # no Spark application: one process appends to the one output file
         return [sys.executable, "-m", JOB_MODULES[job], "--input-topic", windows, "--output", args.output,
                 *sums, *kafka, "--run-id", run_id, "--summary", str(run_dir / f"{job}.json"),
@@ -214,7 +218,8 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
     durations, counts, the input (exists, not empty, has the columns named), the output (a known format,
     in a directory that can be written). The checks are :mod:`spark_jobs.checks`, shared with the jobs."""
     durations = [("--window", args.window, False), ("--allowed-lateness", args.allowed_lateness, True),
-                 ("--watermark-interval", args.watermark_interval, False)]
+                 ("--watermark-interval", args.watermark_interval, False),
+                 ("--stall-limit", args.stall_limit, False)]
     if args.idle_timeout.strip().lower() != "never":
         durations.append(("--idle-timeout", args.idle_timeout, False))
     problems = duration_problems(durations)

@@ -19,7 +19,13 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from spark_jobs.checks import duration_problems, positive_problems
-from spark_jobs.common import STREAMING_TASK_ATTEMPTS, add_common_options, job_logger, run_job
+from spark_jobs.common import (
+    STREAMING_TASK_ATTEMPTS,
+    add_common_options,
+    add_stall_limit_option,
+    job_logger,
+    run_job,
+)
 from spark_jobs.events import parse_duration
 
 __all__ = ["build_parser", "check_arguments", "main", "run"]
@@ -43,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "no limit); replays a backlog gently")
     p.add_argument("--until-source-end", action="store_true",
                    help="end the stream at the source's end offsets taken at start")
+    add_stall_limit_option(p)
     p.add_argument("--rejects-topic", help="default: <topic>-rejects")
     add_common_options(p)
     return p
@@ -51,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
 def check_arguments(args: argparse.Namespace) -> list[str]:
     """What can be checked before Spark starts, one line per problem: durations and counts."""
     durations = [("--allowed-lateness", args.allowed_lateness, True),
-                 ("--watermark-interval", args.watermark_interval, False)]
+                 ("--watermark-interval", args.watermark_interval, False),
+                 ("--stall-limit", args.stall_limit, False)]
     if args.idle_timeout.strip().lower() != "never":
         durations.append(("--idle-timeout", args.idle_timeout, False))
     return duration_problems(durations) + positive_problems(
@@ -110,7 +118,8 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
         return asdict(summary)
 
     ids = [transactional_id(topic, task_name("ingest", run_id, i)) for i in range(tasks)]
-    summaries = run_long_running_tasks(spark, tasks, body, stop, transactional_ids=ids)
+    summaries = run_long_running_tasks(spark, tasks, body, stop, transactional_ids=ids,
+                                       stall_limit_s=parse_duration(args.stall_limit) / 1000)
     records = sum(s["records"] for s in summaries)
     rejected = sum(s["rejects"] for s in summaries)
     log.info("%d records written, %d rejected (in %s)", records, rejected, rejects_topic)

@@ -24,7 +24,13 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from spark_jobs.checks import duration_problems, positive_problems
-from spark_jobs.common import STREAMING_TASK_ATTEMPTS, add_common_options, job_logger, run_job
+from spark_jobs.common import (
+    STREAMING_TASK_ATTEMPTS,
+    add_common_options,
+    add_stall_limit_option,
+    job_logger,
+    run_job,
+)
 from spark_jobs.events import parse_duration
 
 __all__ = ["build_parser", "check_arguments", "main", "run"]
@@ -40,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", type=int, help=argparse.SUPPRESS)  # before tasks were per partition; ignored
     p.add_argument("--commit-interval", default="1s", help="how often results and state are committed")
     p.add_argument("--late-topic", help="default: <output-topic>-late")
+    add_stall_limit_option(p)
     p.add_argument("--state-topic", help="default: <output-topic>-state (compacted)")
     add_common_options(p)
     return p
@@ -47,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_arguments(args: argparse.Namespace) -> list[str]:
     """What can be checked before Spark starts, one line per problem: durations and counts."""
-    return (duration_problems([("--window", args.window, False), ("--commit-interval", args.commit_interval, False)])
+    return (duration_problems([("--window", args.window, False), ("--commit-interval", args.commit_interval, False),
+                              ("--stall-limit", args.stall_limit, False)])
             + positive_problems([("--partitions", args.partitions)]))
 
 
@@ -91,7 +99,8 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
 
     # Fenced if the tasks must be cancelled during a stop (their open transactions are aborted at once).
     ids = [transactional_id(output_topic, task_name("window", run_id, i)) for i in range(tasks)]
-    summaries = run_long_running_tasks(spark, tasks, body, stop, transactional_ids=ids)
+    summaries = run_long_running_tasks(spark, tasks, body, stop, transactional_ids=ids,
+                                       stall_limit_s=parse_duration(args.stall_limit) / 1000)
     log.info("tasks ended: %s", summaries)
     return {"tasks": summaries}
 
