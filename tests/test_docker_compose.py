@@ -8,17 +8,15 @@ pyspark is the one the project is tested with.
 Run: the images are built by :mod:`controlmsg.clusters.images` (at once when unchanged), testcontainers'
 ``DockerCompose`` brings up Kafka, the Spark master and the worker under a project name of their own, and the
 backfill pipeline runs inside the compose network (driver in the master's container, executors in the
-worker's) against the containers' Kafka. It must end by itself with the result the same pipeline gives on
-local Spark against the test session's broker. No Docker engine, no compose v2 or a failed build is an error
+worker's) against the containers' Kafka. It must end by itself with the rows of the oracle (one plain
+Spark batch query over the input, on local Spark). No Docker engine, no compose v2 or a failed build is an error
 of these tests, never a skip (``.ci/run`` starts an engine first).
 """
 
 from __future__ import annotations
 
-import csv
 import re
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -194,65 +192,41 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield Cluster(stack, data, ports[0])
 
 
-def _rows(output: Path) -> list[tuple[str, ...]]:
-    """The rows of a CSV output (the sink's one file, with its header), sorted; the header must be there."""
-    with output.open(newline="") as fh:
-        reader = csv.reader(fh)
-        header = next(reader)
-        rows = sorted(tuple(row) for row in reader)
-    assert header[:3] == ["key", "window_start", "window_end"], header
-    return rows
-
-
-def test_pipeline_on_the_compose_cluster_equals_local_spark(cluster: Cluster, bootstrap_servers: str,
-                                                            tmp_path: Path) -> None:
+def test_pipeline_on_the_compose_cluster_equals_the_oracle(cluster: Cluster) -> None:
     """The three Spark applications of the backfill pipeline, on the compose cluster against its Kafka, end by
-    themselves with the rows the same pipeline writes on local Spark against the test session's broker."""
-    sample = "/opt/controlmsg/examples/clicks.csv"  # the checkout, mounted read-only
+    themselves with the rows of the oracle: the same aggregation as one plain Spark batch query over the input
+    on local Spark (``spark_jobs.events.windowed_oracle``, which every pipeline test compares with)."""
+    from pyspark import SparkContext
+
+    from controlmsg.spark import spark_session
+    from tests.spark.test_pipeline_oracle import assert_matches_oracle
+
     started = time.monotonic()
-    # The local run at the same time: the two compete for the cores, but most of each is waiting.
-    local_log = tmp_path / "local.log"
-    with local_log.open("w") as log:  # a file, not a pipe that nobody reads while the cluster's run goes on
-        local = subprocess.Popen([sys.executable, *PIPELINE, "--input", str(ROOT / "examples" / "clicks.csv"),
-                                  "--output", str(tmp_path / "hourly.csv"), "--bootstrap-servers", bootstrap_servers,
-                                  "--master", "local[2]", "--run-dir", str(tmp_path / "run")],
-                                 stdout=log, stderr=subprocess.STDOUT)
-    try:
-        done = cluster.run("spark-master", "python3", *PIPELINE, "--input", sample, "--output", "/data/hourly.csv",
-                           "--bootstrap-servers", "kafka:19092", "--master", "spark://spark-master:7077",
-                           "--spark-conf", "spark.cores.max=2", "--spark-conf", "spark.executor.memory=1g",
-                           "--run-dir", "/data/run", timeout=PIPELINE_TIMEOUT)
-        on_cluster = time.monotonic() - started
-        local.wait(timeout=max(1.0, PIPELINE_TIMEOUT - on_cluster))
-    finally:
-        if local.poll() is None:
-            local.kill()
-    print(f"pipeline on the compose cluster {on_cluster:.1f} s, both {time.monotonic() - started:.1f} s")
+    done = cluster.run("spark-master", "python3", *PIPELINE, "--input", "/opt/controlmsg/examples/clicks.csv",
+                       "--output", "/data/hourly.csv", "--bootstrap-servers", "kafka:19092",
+                       "--master", "spark://spark-master:7077", "--spark-conf", "spark.cores.max=2",
+                       "--spark-conf", "spark.executor.memory=1g", "--run-dir", "/data/run", timeout=PIPELINE_TIMEOUT)
+    print(f"pipeline on the compose cluster {time.monotonic() - started:.1f} s")
     assert done.returncode == 0, done.stderr[-4000:]
     assert "rows in: 2400  rejects: 11" in done.stdout
     assert "end of stream reached the sink" in done.stdout
-    assert local.returncode == 0, local_log.read_text()[-4000:]
-
-    want = _rounded(_rows(tmp_path / "hourly.csv"))
-    assert len(want) > 100
-    # Sums of doubles: the cluster adds in another order than local Spark (438.20000000000005 against 438.2).
-    assert _rounded(_rows(cluster.data / "hourly.csv")) == want
     # The work ran in executors that the worker container launched, one application per job.
     work = cluster.run("spark-worker", "bash", "-c", "ls -d /opt/spark/work/app-*/*", timeout=60)
     assert work.returncode == 0, work.stderr
     assert len({line.split("/")[4] for line in work.stdout.split()}) == 3, work.stdout
 
-
-def _rounded(rows: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
-    """Every field that is a decimal number, to 9 significant digits; the others as they are."""
-    def field(text: str) -> str:
-        if "." not in text:
-            return text
-        try:
-            return f"{float(text):.9g}"
-        except ValueError:
-            return text
-    return [tuple(field(value) for value in row) for row in rows]
+    ours = SparkContext._active_spark_context is None  # else the Spark tests' session, left running
+    spark = spark_session("local[2]")
+    try:
+        # Sums of doubles: the cluster adds in another order than local Spark; the oracle compares rounded.
+        rows = assert_matches_oracle(spark, str(cluster.data / "hourly.csv"),
+                                     input_path=str(ROOT / "examples" / "clicks.csv"), key="user",
+                                     event_time="event_time", window="1h", sums=["amount", "items"],
+                                     null_value="NA")
+    finally:
+        if ours:
+            spark.stop()
+    assert rows > 100
 
 
 def test_compose_runs_on_this_engine() -> None:
