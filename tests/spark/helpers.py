@@ -41,3 +41,20 @@ def spark_conf_args(conf: Mapping[str, str]) -> list[str]:
     """``--spark-conf KEY=VALUE`` arguments of a job in ``spark_jobs`` for ``conf`` (for example the
     ``s3a_conf`` fixture's, which a job needs when its ``--checkpoint`` is an ``s3a://`` location)."""
     return [arg for key, value in conf.items() for arg in ("--spark-conf", f"{key}={value}")]
+
+
+def query_failure(query: Any) -> str:
+    """Why a streaming query stopped, for an assertion's message: its exception and the chain of Java
+    causes down to the root (``StreamingQueryException`` gives only the top message, often Spark's
+    "Task not serializable", whose cause is the one that tells), or that it is still active or ended well."""
+    if query.isActive:
+        return "the query is still active"
+    failed = query._jsq.exception()  # Option[StreamingQueryException] of the JVM query
+    if failed.isEmpty():
+        return "the query ended without an exception"
+    causes: list[str] = []
+    cause = failed.get()
+    while cause is not None and len(causes) < 12:
+        causes.append(str(cause.toString()))
+        cause = cause.getCause()
+    return " <- caused by: ".join(causes)

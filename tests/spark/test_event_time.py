@@ -26,7 +26,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from controlmsg.kafka import ControlWriter
 from controlmsg.spark import WATERMARK_COLUMNS, late_records, observed_counts, with_watermark
-from tests.spark.helpers import options
+from tests.spark.helpers import options, query_failure
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -136,7 +136,9 @@ def test_windows_close_on_the_reconciled_watermark_with_the_slow_tasks_records(
             .writeStream.format("parquet").option("path", str(tmp_path / "late"))
             .option("checkpointLocation", str(tmp_path / "ck-late")).trigger(availableNow=True).start())
     try:
-        wait_for(lambda: any(p["numInputRows"] > 0 for p in query.recentProgress), 60, "the first micro-batch")
+        wait_for(lambda: not query.isActive or any(p["numInputRows"] > 0 for p in query.recentProgress), 60,
+                 "the first micro-batch")
+        assert query.isActive, f"{query_failure(query)}; the late records' query: {query_failure(side)}"
         time.sleep(2)
         assert windows(spark, out) == Counter(), "no window may close before the slow task passes its end"
 
@@ -274,7 +276,9 @@ def test_event_time_timers_fire_on_the_reconciled_watermark(
     finally:
         spark.conf.set(provider, before)
     try:
-        wait_for(lambda: any(p["numInputRows"] > 0 for p in query.recentProgress), 60, "the first micro-batch")
+        wait_for(lambda: not query.isActive or any(p["numInputRows"] > 0 for p in query.recentProgress), 60,
+                 "the first micro-batch")
+        assert query.isActive, query_failure(query)
         time.sleep(2)
         assert emitted == {}, "no timer may fire before the slow task passes it"
         up.records("slow", range(21, 70, 3))  # within the users' 30 quiet minutes of the fast tasks' events
@@ -439,7 +443,7 @@ def test_a_stage_fails_naming_the_spark_version_when_sparks_watermark_does_not_f
     try:
         wait_for(lambda: not query.isActive or any(p["numInputRows"] > 0 for p in query.recentProgress), 120,
                  "the first micro-batch")
-        assert query.isActive, query.exception()
+        assert query.isActive, query_failure(query)
         # Records read in a later micro-batch carry _watermark 01:00; none carries a later one.
         for task in TASKS:
             up.records(task, range(60 + TASKS.index(task), 120, 5))
