@@ -17,11 +17,13 @@ Safety: the archive is named after the pyspark version and installation, the ``j
 and modification time) and Spark's jars (each one's name, size and modification time, which the JVM checks
 before it maps an archive), so another Spark or Java gets another archive, and so does a Spark installed
 again at the same place (a venv made anew: an archive of the jars it replaced would be ignored by every
-JVM); once that one is built, the archive of the installation it replaced is removed. An archive the JVM
-cannot use all the same (a JDK changed in place) is ignored by the JVM, which then loads classes as usual;
-its CDS log lines are switched off. An archive is taken only once the JVM's own log says it was written whole:
-a truncated archive would crash the JVM that maps it. A build that fails is not retried for a day (a
-``.failed`` file says why), and no start ever fails because of the archive.
+JVM); once that one is built, the archive of the installation it replaced is removed. Each archive is about
+180 MB and every new venv gets its own, so a build also removes all but the :data:`KEEP` archives used
+last (a use touches the archive's modification time); an installation whose archive went builds it again.
+An archive the JVM cannot use all the same (a JDK changed in place) is ignored by the JVM, which then
+loads classes as usual; its CDS log lines are switched off. An archive is taken only once the JVM's own
+log says it was written whole: a truncated archive would crash the JVM that maps it. A build that fails is
+not retried for a day (a ``.failed`` file says why), and no start ever fails because of the archive.
 
 Off with ``CONTROLMSG_CLASS_ARCHIVE=off`` (or ``spark_session(..., class_archive=False)``), and for a
 session whose ``spark.driver.extraJavaOptions`` already chooses a CDS archive (``SharedArchiveFile``,
@@ -44,10 +46,12 @@ from typing import Final
 
 from controlmsg.paths import cache_dir
 
-__all__ = ["ENV", "archive_path", "build_archive", "driver_java_options"]
+__all__ = ["ENV", "KEEP", "archive_path", "build_archive", "driver_java_options"]
 
 ENV: Final = "CONTROLMSG_CLASS_ARCHIVE"
 """``off`` (or ``0``, ``false``, ``no``): no archive is built or used."""
+KEEP: Final = 4
+"""How many archives (the ones used last) a build leaves in the cache, its own included."""
 _QUIET: Final = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 _WRITTEN: Final = "Written dynamic archive"  # the JVM's log line once the archive file is complete
 _BUILD_TIMEOUT_S: Final = 300.0
@@ -93,6 +97,19 @@ def _remove_replaced(path: Path) -> None:
                 old.unlink()
 
 
+def _keep_last_used(directory: Path, keep: int) -> None:
+    """Remove every archive in ``directory`` but the ``keep`` used last (by modification time), with their
+    lock and failure files. A JVM that has one mapped keeps reading it: the file goes when it lets go."""
+    used: list[tuple[int, Path]] = []
+    for archive in directory.glob("spark-*.jsa"):
+        with contextlib.suppress(OSError):  # gone meanwhile: another build removed it
+            used.append((archive.stat().st_mtime_ns, archive))
+    for _, old in sorted(used, reverse=True)[keep:]:
+        for name in (old, old.with_suffix(".lock"), old.with_suffix(".failed")):
+            with contextlib.suppress(OSError):
+                name.unlink()
+
+
 def _enabled() -> bool:
     return os.environ.get(ENV, "").strip().lower() not in ("off", "0", "false", "no")
 
@@ -110,6 +127,7 @@ def driver_java_options(existing: str = "") -> str:
             return existing
         if not path.exists() and not build_archive(path):
             return existing
+        os.utime(path)  # used now: the archives used last are the ones a build keeps
     except OSError:
         return existing
     return f"{existing} -XX:SharedArchiveFile={path} {_QUIET}".strip()
@@ -147,6 +165,7 @@ def build_archive(path: Path, timeout: float = _BUILD_TIMEOUT_S) -> bool:
             os.replace(partial, path)  # the same file system: whole or not at all
         failed.unlink(missing_ok=True)
         _remove_replaced(path)
+        _keep_last_used(path.parent, KEEP)
     return True
 
 

@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from controlmsg.clusters.class_archive import ENV, _remove_replaced, archive_path, build_archive, driver_java_options
+from controlmsg.clusters.class_archive import (
+    ENV,
+    KEEP,
+    _keep_last_used,
+    _remove_replaced,
+    archive_path,
+    build_archive,
+    driver_java_options,
+)
 from controlmsg.paths import CACHE_ENV
 
 
@@ -95,3 +103,20 @@ def test_spark_installed_again_in_place_gets_another_archive_and_the_old_one_goe
         name.write_bytes(b"")
     _remove_replaced(second)
     assert sorted(second.parent.iterdir()) == sorted(kept)
+
+
+def test_only_the_archives_used_last_are_kept(tmp_path: Path) -> None:
+    """Every new venv gets an archive of its own (about 180 MB; CI makes two per run): the cache keeps the
+    KEEP used last, by modification time, and removes the others with their lock and failure files."""
+    names = [tmp_path / f"spark-4.3.0-place{i}-contents.jsa" for i in range(KEEP + 3)]
+    for age, name in enumerate(names):  # names[0] used last
+        for extra in (name, name.with_suffix(".lock"), name.with_suffix(".failed")):
+            extra.write_bytes(b"")
+            os.utime(extra, (1_700_000_000 - age * 60, 1_700_000_000 - age * 60))
+    other = tmp_path / "hdfs-jars.lock"
+    other.write_text("not an archive's")
+    _keep_last_used(tmp_path, KEEP)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    want = sorted([other.name, *(n.name for name in names[:KEEP]
+                                 for n in (name, name.with_suffix(".lock"), name.with_suffix(".failed")))])
+    assert left == want
