@@ -116,6 +116,49 @@ _KAFKA: Final = "kafka."
 _TOPIC_CONFIG: Final = "topicconfig."
 
 
+OPTION_NAMES: Final = (
+    # both directions
+    "topic", "runId", "timeout", "kafkaConfig", "bootstrapServers", "logPhases",
+    # readers
+    "partitionsPerTask", "maxTasks", "batchRows", "maxOffsetsPerTrigger", "maxScanMs", "mode",
+    "columnNameOfCorruptRecord", "deadLetterTopic", "envelope", "includeHeaders", "availableNowEnds",
+    "subscribe", "subscribePattern", "assign", "startingOffsets", "startingTimestamp",
+    "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "endingOffsets", "endingTimestamp",
+    "endingOffsetsByTimestamp", "failOnDataLoss", "minOffsetsPerTrigger", "maxTriggerDelay",
+    "minPartitions", "maxRecordsPerPartition",  # format("kafka")'s, refused with their reason
+    # format("kafka")'s that have nothing to do here (docs/SPARK.md): accepted, so its options carry over
+    "groupIdPrefix", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "kafkaConsumer.pollTimeoutMs",
+    # writers
+    "key", "value", "eventTime", "allowedLateness", "partitions", "replicationFactor", "job",
+    "transactionTimeoutMs", "dataHeaders", "commitRows", "stageProgress", "checkpointLocation",
+)
+"""Every option name the data source knows (besides the prefixes ``kafka.`` and ``topicConfig.``), as the
+docs spell them. A read takes a writer's options and the reverse (one map may serve both); any other name
+is refused by :func:`check_names`, since a misspelt option would otherwise silently mean its default."""
+_KNOWN: Final = {name.lower(): name for name in OPTION_NAMES}
+
+
+def check_names(options: Mapping[str, str]) -> None:
+    """Raises ``ValueError`` for the first option whose name the data source does not know, with the
+    names close to it: ``startingOffset`` would otherwise read from the earliest offsets without a word.
+    ``path`` (what ``load(path)`` and ``save(path)`` pass) is refused with what to write instead."""
+    import difflib
+
+    for name in options:
+        key = name.lower()
+        if key in _KNOWN or (key.startswith(_KAFKA) and len(key) > len(_KAFKA)) or (
+                key.startswith(_TOPIC_CONFIG) and len(key) > len(_TOPIC_CONFIG)):
+            continue
+        if key == "path":
+            raise ValueError(f"format(\"controlmsg\") takes no path (load() and save() were given "
+                             f"{options[name]!r}): name the topic with the option 'topic'")
+        close = difflib.get_close_matches(key, list(_KNOWN), n=3, cutoff=0.75)
+        hint = (f"; did you mean {' or '.join(repr(_KNOWN[c]) for c in close)}?" if close
+                else "; docs/SPARK.md lists the options")
+        raise ValueError(f"option {name!r} is not an option of format(\"controlmsg\"){hint} (a Kafka client "
+                         "setting is given as 'kafka.<setting>')")
+
+
 def lower_keys(options: Mapping[str, str]) -> dict[str, str]:
     """Option names lower-cased (Spark's options are case-insensitive)."""
     return {k.lower(): v for k, v in options.items()}
@@ -300,7 +343,9 @@ class ReadOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
-        """Raises ``ValueError`` naming the option that is missing or wrong (and the values it takes)."""
+        """Raises ``ValueError`` naming the option that is missing, wrong (and the values it takes) or
+        unknown (:func:`check_names`)."""
+        check_names(options)
         opts = lower_keys(options)
         config = {**_CONSUMER_DEFAULTS, **kafka_settings(opts)}
         mode, dead_letters = _bad_record_mode(opts)
@@ -359,7 +404,8 @@ class WriteOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
-        """Raises ``ValueError`` naming the option that is missing or wrong."""
+        """Raises ``ValueError`` naming the option that is missing, wrong or unknown (:func:`check_names`)."""
+        check_names(options)
         opts = lower_keys(options)
         lateness = opts.get("allowedlateness")
         try:

@@ -238,6 +238,13 @@ def test_refusals_are_clear(spark: SparkSession, bootstrap_servers: str, new_top
     with pytest.raises(PySparkException, match="readStream only"):
         (spark.read.format("controlmsg").options(**options(topic, bootstrap_servers))
          .schema("n int, _watermark timestamp").load().collect())
+    with pytest.raises(PySparkException, match=r"(?i)option 'evenTime' is not an option .*did you mean 'eventTime'"):
+        writer().mode("append").option("evenTime", "n").save()
+    with pytest.raises(PySparkException, match=r"(?i)option 'startingOffset' is not an option .*'startingOffsets'"):
+        spark.readStream.format("controlmsg").options(**options(topic, bootstrap_servers)).option(
+            "startingOffset", "latest").load().writeStream.format("console").start().awaitTermination(60)
+    with pytest.raises(PySparkException, match=r"takes no path \(load\(\) and save\(\) were given 'events'"):
+        spark.read.format("controlmsg").options(**options(topic, bootstrap_servers)).load("events").collect()
 
 
 def test_reader_takes_only_its_run(spark: SparkSession, bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
