@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -33,6 +33,7 @@ __all__ = [
     "read_parsed",
     "read_table",
     "split_rejects",
+    "split_rejects_observed",
     "top_column",
     "typed_columns",
     "windowed_oracle",
@@ -121,6 +122,29 @@ def event_time_ms(df: DataFrame, column: str) -> Column:
 def split_rejects(df: DataFrame, key: str, event_time: str) -> tuple[DataFrame, DataFrame]:
     """Split rows into (good, rejects). Good rows gain :data:`EVENT_MS`; rejects gain
     ``__reject_reason`` ("null key" or "unparseable event time: <value>")."""
+    marked = _marked(df, key, event_time)
+    good = marked.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON)
+    rejects = marked.where(F.col(REJECT_REASON).isNotNull()).drop(EVENT_MS)
+    return good, rejects
+
+
+def split_rejects_observed(df: DataFrame, key: str, event_time: str) -> tuple[DataFrame, DataFrame, Observation]:
+    """:func:`split_rejects`, and whether there are any rejects learnt from the pass that reads ``good``:
+    the :class:`~pyspark.sql.Observation` holds ``{"rejects": n}`` once the first action on ``good`` (or a
+    DataFrame made from it) has run. ``n`` 0 means the input has no reject; above 0 it has some, but ``n``
+    itself may count a retried task's rows twice: count ``rejects`` for the exact number. So a job that
+    writes ``good`` reads the input once when nothing is rejected, where counting the rejects first costs a
+    whole pass more."""
+    marked = _marked(df, key, event_time)
+    seen = Observation()
+    good = (marked.observe(seen, F.count(F.col(REJECT_REASON)).alias("rejects"))
+            .where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON))
+    rejects = marked.where(F.col(REJECT_REASON).isNotNull()).drop(EVENT_MS)
+    return good, rejects, seen
+
+
+def _marked(df: DataFrame, key: str, event_time: str) -> DataFrame:
+    """``df`` with :data:`EVENT_MS` and the reject reason (null for a good row)."""
     for name in (key, event_time):
         if name not in df.columns:
             raise ValueError(f"column {name!r} is not in the input (columns: {', '.join(df.columns)})")
@@ -130,10 +154,7 @@ def split_rejects(df: DataFrame, key: str, event_time: str) -> tuple[DataFrame, 
         .when(F.col(EVENT_MS).isNull(), F.concat(F.lit("unparseable event time: "),
                                                  F.coalesce(top_column(event_time).cast("string"), F.lit("null"))))
     )
-    marked = with_ms.withColumn(REJECT_REASON, reason)
-    good = marked.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON)
-    rejects = marked.where(F.col(REJECT_REASON).isNotNull()).drop(EVENT_MS)
-    return good, rejects
+    return with_ms.withColumn(REJECT_REASON, reason)
 
 
 def iso_utc(ms: Column) -> Column:

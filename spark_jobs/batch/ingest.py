@@ -24,7 +24,7 @@ from pyspark.sql import types as T
 from controlmsg.spark import run_status
 from spark_jobs.checks import input_problems, output_problems, positive_problems, sum_problems, typed_sums
 from spark_jobs.common import add_common_options, add_data_headers_option, controlmsg_options, job_logger, run_job
-from spark_jobs.events import EVENT_MS, read_table, split_rejects, top_column, write_table
+from spark_jobs.events import EVENT_MS, read_table, split_rejects_observed, top_column, write_table
 
 __all__ = ["build_parser", "check_arguments", "main", "run"]
 
@@ -84,7 +84,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     """The job's work in an existing Spark session; returns its summary."""
     log = job_logger("ingest")
     df = read_table(spark, args.input, args.null_value)
-    good, rejects = split_rejects(df, args.key, args.event_time)
+    good, rejects, seen = split_rejects_observed(df, args.key, args.event_time)
     carried = typed_sums(args.carry) or {c: None for c in df.columns if c not in (args.key, args.event_time)}
     records = good.select(
         top_column(args.key).cast("string").alias("key"),
@@ -92,12 +92,6 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
         *[_carried(df, c, typ) for c, typ in carried.items()],
     ).repartition(args.tasks)
     rejects_path = _rejects_path(args)
-    rejects = rejects.cache()
-    rejected = rejects.count()
-    if rejected:
-        write_table(rejects, rejects_path)
-        log.info("%d rejected row(s) (null key or unparseable event time) written to %s", rejected, rejects_path)
-    rejects.unpersist()
     log.info("writing %s to topic %s: %d tasks, %d partitions, run %s",
              args.input, args.topic, args.tasks, args.partitions, args.run_id)
     started = time.monotonic()
@@ -109,6 +103,13 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     assert written is not None and written["ended"]
     log.info("wrote %d rows in %.1f s (%d write tasks; the driver ended the stream on %d partitions)",
              written["rows"], seconds, written["writeTasks"], args.partitions)
+    rejected = 0
+    if seen.get["rejects"]:  # the write's own pass saw rejects: one more pass counts and writes them exactly
+        rejects = rejects.cache()
+        rejected = rejects.count()
+        write_table(rejects, rejects_path)
+        rejects.unpersist()
+        log.info("%d rejected row(s) (null key or unparseable event time) written to %s", rejected, rejects_path)
     return {"rows_in": written["rows"] + rejected, "rows_out": written["rows"], "rejects": rejected,
             "rejects_path": rejects_path if rejected else None, "write_seconds": seconds,
             "tasks": written["writeTasks"]}
