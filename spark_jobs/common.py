@@ -55,12 +55,14 @@ __all__ = [
 ]
 
 
-def add_stall_limit_option(parser: argparse.ArgumentParser) -> None:
-    """``--stall-limit``, the long-running tasks' watchdog (``controlmsg.streaming.runtime``)."""
-    parser.add_argument("--stall-limit", default="180s",
-                        help="a long-running task that does not turn its loop for this long is wedged: its Python "
-                             "worker ends and Spark retries it from its last commit (default 180s, above the "
-                             "2 x 60 s a commit may legitimately take)")
+def add_stall_limit_option(parser: argparse.ArgumentParser, *, help_prefix: str = "",
+                           action: type[argparse.Action] | None = None) -> None:
+    """``--stall-limit``, the long-running tasks' watchdog (``controlmsg.streaming.runtime``). The pipeline,
+    which passes it on to its streaming jobs, adds its ``help_prefix`` and an ``action`` that notes it given."""
+    parser.add_argument("--stall-limit", default="180s", action=action or "store",
+                        help=f"{help_prefix}a long-running task that does not turn its loop for this long is "
+                             "wedged: its Python worker ends and Spark retries it from its last commit (default "
+                             "180s, above the 2 x 60 s a commit may legitimately take; docs/OPERATIONS.md)")
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:

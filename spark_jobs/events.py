@@ -123,9 +123,7 @@ def split_rejects(df: DataFrame, key: str, event_time: str) -> tuple[DataFrame, 
     """Split rows into (good, rejects). Good rows gain :data:`EVENT_MS`; rejects gain
     ``__reject_reason`` ("null key" or "unparseable event time: <value>")."""
     marked = _marked(df, key, event_time)
-    good = marked.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON)
-    rejects = marked.where(F.col(REJECT_REASON).isNotNull()).drop(EVENT_MS)
-    return good, rejects
+    return _good(marked), _rejects(marked)
 
 
 def split_rejects_observed(df: DataFrame, key: str, event_time: str) -> tuple[DataFrame, DataFrame, Observation]:
@@ -137,10 +135,16 @@ def split_rejects_observed(df: DataFrame, key: str, event_time: str) -> tuple[Da
     whole pass more."""
     marked = _marked(df, key, event_time)
     seen = Observation()
-    good = (marked.observe(seen, F.count(F.col(REJECT_REASON)).alias("rejects"))
-            .where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON))
-    rejects = marked.where(F.col(REJECT_REASON).isNotNull()).drop(EVENT_MS)
-    return good, rejects, seen
+    good = _good(marked.observe(seen, F.count(F.col(REJECT_REASON)).alias("rejects")))
+    return good, _rejects(marked), seen
+
+
+def _good(marked: DataFrame) -> DataFrame:
+    return marked.where(F.col(REJECT_REASON).isNull()).drop(REJECT_REASON)
+
+
+def _rejects(marked: DataFrame) -> DataFrame:
+    return marked.where(F.col(REJECT_REASON).isNotNull()).drop(EVENT_MS)
 
 
 def _marked(df: DataFrame, key: str, event_time: str) -> DataFrame:

@@ -51,7 +51,7 @@ from spark_jobs.checks import (
     topic_problems,
     typed_sums,
 )
-from spark_jobs.common import topic_names
+from spark_jobs.common import add_stall_limit_option, topic_names
 
 __all__ = ["JOB_MODULES", "declared_sums", "main"]
 
@@ -92,6 +92,23 @@ def _own_line(line: bytes) -> bool:
     return _OWN_LINE.match(line) is not None
 
 
+STREAMING_ONLY: Final = ("--until-source-end", "--watermark-interval", "--idle-timeout", "--stall-limit",
+                          "--max-rate")
+"""The options only the streaming chain (``--streaming``) takes; the bounded pipeline refuses them."""
+BOUNDED_ONLY: Final = ("--null-value", "--commit-rows")
+"""The options only the bounded pipeline (``--input``) takes; ``--streaming`` refuses them."""
+
+
+class _OnlyIn(argparse.Action):
+    """Stores an option of one chain only, and notes it given (``args.given``), so that the other chain can
+    refuse it instead of ignoring it. ``nargs=0`` makes it a flag that stores ``const``."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+        namespace.given = [*getattr(namespace, "given", []), option_string]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m spark_jobs.pipeline", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="pipeline", required=True)
@@ -101,17 +118,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read --source-topic with long-running streaming jobs; windows are emitted as soon as "
                         "the reconciled watermark passes their end")
     p.add_argument("--source-topic", help="with --streaming: raw events, one JSON object per record")
-    p.add_argument("--until-source-end", action="store_true",
+    p.add_argument("--until-source-end", action=_OnlyIn, nargs=0, const=True, default=False,
                    help="with --streaming: the source's end offsets at start end the input; the chain then stops")
-    p.add_argument("--watermark-interval", default="1s", help="with --streaming: watermark and commit interval")
+    p.add_argument("--watermark-interval", default="1s", action=_OnlyIn,
+                   help="with --streaming: watermark and commit interval")
     p.add_argument("--allowed-lateness", default="0s", help="watermark = event-time progress minus this")
-    p.add_argument("--idle-timeout", default="10s",
+    p.add_argument("--idle-timeout", default="10s", action=_OnlyIn,
                    help="with --streaming: a quiet source partition stops holding the watermark back after this "
                         "('never': it holds it until it gives records again)")
-    p.add_argument("--stall-limit", default="180s",
-                   help="with --streaming: a long-running task that does not turn its loop for this long is "
-                        "wedged and retried from its last commit (docs/OPERATIONS.md)")
-    p.add_argument("--max-rate", type=float,
+    add_stall_limit_option(p, help_prefix="with --streaming: ", action=_OnlyIn)
+    p.add_argument("--max-rate", type=float, action=_OnlyIn,
                    help="with --streaming: read at most this many source records/s per ingest task")
     p.add_argument("--key", required=True)
     p.add_argument("--event-time", required=True)
@@ -123,14 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "otherwise the type comes from the data (double when a value has a fraction or an "
                         "exponent). The bounded pipeline only")
     p.add_argument("--output", required=True, help="CSV, JSON lines or Parquet file (by extension)")
-    p.add_argument("--null-value", help="CSV token read as null")
+    p.add_argument("--null-value", action=_OnlyIn, help="the bounded pipeline: CSV token read as null")
     p.add_argument("--partitions", type=int, default=4, help="partitions of each intermediate topic")
     p.add_argument("--tasks", type=int, default=2,
                    help="upstream write tasks of each writing job (streaming: of the ingest, which may change "
                         "between starts of a run; the window job runs a task per partition)")
     add_topic_options(p)
     add_client_options(p, bootstrap_help=STARTS_LOCAL_BROKER_HELP)
-    p.add_argument("--commit-rows", type=int,
+    p.add_argument("--commit-rows", type=int, action=_OnlyIn,
                    help="the bounded pipeline's window job commits about every this many results, so that the sink "
                         "reads them as they come (default: the window job's, 50000)")
     p.add_argument("--run-id", help="pipeline run id (generated when absent)")
@@ -223,6 +239,12 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
     if args.idle_timeout.strip().lower() != "never":
         durations.append(("--idle-timeout", args.idle_timeout, False))
     problems = duration_problems(durations)
+    others = BOUNDED_ONLY if args.streaming else STREAMING_ONLY
+    for option in sorted(set(getattr(args, "given", [])) & set(others), key=others.index):
+        problems.append(f"{option} is for the streaming chain (--streaming); the bounded pipeline (--input) "
+                        "would ignore it" if option in STREAMING_ONLY else
+                        f"{option} is for the bounded pipeline (--input); the streaming chain (--streaming) "
+                        "would ignore it")
     problems += positive_problems([("--partitions", args.partitions), ("--tasks", args.tasks),
                                    ("--timeout", args.timeout), ("--max-rate", args.max_rate),
                                    ("--commit-rows", args.commit_rows)])

@@ -81,3 +81,22 @@ def test_the_jobs_get_the_command_lines_types_first_then_the_footers(tmp_path: P
                                       "--window", "1h", "--output", str(tmp_path / "out.csv"),
                                       "--sum", "a:double", "--sum", "b", "--sum", "c"])
     assert declared_sums(args) == {"a": "double", "b": "long", "c": None}
+
+
+def test_an_option_of_the_other_chain_is_refused_not_ignored(tmp_path: Path) -> None:
+    """The bounded pipeline used to accept --stall-limit, --idle-timeout, --max-rate... and do nothing with
+    them; each now gets one line, as does a bounded-only option given with --streaming. Their defaults
+    (not given) pass."""
+    assert problems(tmp_path, "--stall-limit", "60s", "--max-rate", "10", "--until-source-end") == [
+        f"{option} is for the streaming chain (--streaming); the bounded pipeline (--input) would ignore it"
+        for option in ("--until-source-end", "--stall-limit", "--max-rate")]
+    assert problems(tmp_path, "--null-value", "NA", "--commit-rows", "10") == []
+    args = build_parser().parse_args(["windowed-count", "--streaming", "--source-topic", "s", "--key", "user",
+                                      "--event-time", "t", "--window", "1h", "--output", str(tmp_path / "out.csv"),
+                                      "--commit-rows", "5", "--stall-limit", "60s", "--until-source-end"])
+    assert (args.stall_limit, args.until_source_end, args.commit_rows) == ("60s", True, 5)
+    assert check_arguments(args) == [
+        "--commit-rows is for the bounded pipeline (--input); the streaming chain (--streaming) would ignore it"]
+    defaults = build_parser().parse_args(["windowed-count", "--streaming", "--source-topic", "s", "--key", "u",
+                                          "--event-time", "t", "--window", "1h", "--output", "o.csv"])
+    assert (defaults.stall_limit, defaults.idle_timeout, defaults.until_source_end) == ("180s", "10s", False)
