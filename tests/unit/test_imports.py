@@ -172,3 +172,15 @@ def test_no_module_imports_from_a_layer_above_its_own() -> None:
             if layer != _layer(this) and layer not in allowed and name not in allowed:
                 wrong.append(f"{this} imports {name}")
     assert not wrong, wrong
+
+
+def test_the_layout_page_names_every_module() -> None:
+    """docs/DEVELOPMENT.md's layout table names each module of the library and of the example jobs, so
+    that it keeps matching the tree: a module added without a word there fails here."""
+    page = (ROOT / "docs" / "DEVELOPMENT.md").read_text()
+    layout = page.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    modules = [path for top in ("controlmsg", "spark_jobs") for path in sorted((ROOT / top).rglob("*.py"))
+               if path.name not in ("__init__.py", "__main__.py")]
+    unnamed = [str(path.relative_to(ROOT)) for path in modules
+               if f"`{path.name}`" not in layout and f"/{path.name}`" not in layout]
+    assert not unnamed, f"not named in docs/DEVELOPMENT.md's layout: {unnamed}"
