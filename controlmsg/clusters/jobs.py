@@ -120,6 +120,30 @@ class Job:
                                           name=f"{self.name} output")
             self._pump.start()
 
+    def lower_priority(self, nice: int) -> bool:
+        """Move the running job, and everything it started, down to CPU priority level ``nice`` (a nice
+        value, at most 19) when it is above it: its session's scheduler autogroup and each process of its
+        process group, as its start did (see :func:`_lowered`). Only ever lowers: raising a priority needs
+        a privilege the caller may not have. Returns whether anything was lowered; a job that has ended,
+        or processes that end meanwhile, are left alone."""
+        nice = min(nice, 19)
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return False
+        lowered = False
+        with contextlib.suppress(OSError, ValueError), open(f"/proc/{proc.pid}/autogroup", "r+") as group:
+            now = int(group.read().split()[-1])  # "/autogroup-1234 nice 12"
+            if now < nice:
+                group.seek(0)
+                group.write(str(nice))
+                group.flush()
+                lowered = True
+        with contextlib.suppress(OSError):
+            if os.getpriority(os.PRIO_PGRP, proc.pid) < nice:  # the group's highest priority (lowest nice)
+                os.setpriority(os.PRIO_PGRP, proc.pid, nice)
+                lowered = True
+        return lowered
+
     @property
     def pid(self) -> int | None:
         """The job's own process (the leader of its group), ``None`` before the first start."""

@@ -123,6 +123,30 @@ def test_echo_and_nice(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> Non
     assert (tmp_path / "echoed.log").read_text().splitlines() == [expected, "noise"]
 
 
+def test_a_running_job_is_lowered_whole_and_never_raised(tmp_path: Path) -> None:
+    """lower_priority moves the job and the child in its group down to the level asked (the pipeline's
+    window job once its input ended), leaves a job already at or below it alone, and a job that ended."""
+    base = os.nice(0)
+    if base > 15:
+        pytest.skip(f"this test process runs at nice {base}: no room to lower a job below it")
+    ids = tmp_path / "pids"
+    with JobGroup(tmp_path) as jobs:
+        job = jobs.start("lowered", python(WITH_CHILDREN, str(ids)), nice=1)
+        job.wait_for_log("ready", 30)
+        inside = int(ids.read_text().split()[0])
+        assert job.pid is not None
+        assert [os.getpriority(os.PRIO_PROCESS, p) for p in (job.pid, inside)] == [base + 1] * 2
+        assert job.lower_priority(base + 3)
+        assert [os.getpriority(os.PRIO_PROCESS, p) for p in (job.pid, inside)] == [base + 3] * 2
+        autogroup = Path(f"/proc/{job.pid}/autogroup")
+        if autogroup.exists():
+            assert autogroup.read_text().split()[-1] == str(base + 3)
+        assert not job.lower_priority(base + 2)
+        assert os.getpriority(os.PRIO_PROCESS, job.pid) == base + 3
+        job.kill()
+        assert not job.lower_priority(19)
+
+
 def test_a_job_that_cannot_start(tmp_path: Path) -> None:
     with pytest.raises(JobError, match="cannot start missing"):
         JobGroup(tmp_path).start("missing", [str(tmp_path / "no-such-program")])
