@@ -56,12 +56,18 @@ def open_transactions(config: dict[str, Any], topic: str) -> dict[int, tuple[int
     end) is behind the high watermark, i.e. a transaction is still open on it: (last stable, high)."""
     count = partition_count(config, topic)
     assert count is not None, topic
+    # The high watermark from a read_uncommitted client: asked by a read_committed one, the broker answers
+    # with the last stable offset, and the comparison below could never find an open transaction.
+    peek = Consumer({**config, "group.id": f"hw-{uuid.uuid4().hex}", "isolation.level": "read_uncommitted"})
+    try:
+        highs = {p: peek.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+                 for p in range(count)}
+    finally:
+        peek.close()
     consumer = Consumer({**config, "group.id": f"lso-{uuid.uuid4().hex}", "enable.auto.commit": False,
                          "isolation.level": "read_committed", "enable.partition.eof": True})
     stable: dict[int, int] = {}
     try:
-        highs = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
-                 for p in range(count)}
         consumer.assign([TopicPartition(topic, p, 0) for p in range(count)])
         deadline = time.monotonic() + 30
         while len(stable) < count and time.monotonic() < deadline:
