@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from controlmsg.clusters.jobs import Job
@@ -33,6 +33,7 @@ from controlmsg.streaming.window import state_key, state_topic_config
 from spark_jobs.common import topic_names
 from spark_jobs.generate import GeneratorConfig, generate
 from spark_jobs.pipeline import JOB_STOP_GRACE_S
+from tests.transactions import held_back
 
 from .test_pipeline_oracle import assert_matches_oracle
 from .test_streaming_pipeline import generated_source
@@ -52,35 +53,11 @@ def wait_gone(pids: Iterable[int], timeout: float) -> set[int]:
 
 
 def open_transactions(config: dict[str, Any], topic: str) -> dict[int, tuple[int, int]]:
-    """Per partition of ``topic`` whose last stable offset (where a ``read_committed`` reader reaches its
-    end) is behind the high watermark, i.e. a transaction is still open on it: (last stable, high)."""
+    """Per partition of ``topic`` where a transaction is still open: (last stable offset, high watermark)
+    (:func:`tests.transactions.held_back`)."""
     count = partition_count(config, topic)
     assert count is not None, topic
-    # The high watermark from a read_uncommitted client: asked by a read_committed one, the broker answers
-    # with the last stable offset, and the comparison below could never find an open transaction.
-    peek = Consumer({**config, "group.id": f"hw-{uuid.uuid4().hex}", "isolation.level": "read_uncommitted"})
-    try:
-        highs = {p: peek.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
-                 for p in range(count)}
-    finally:
-        peek.close()
-    consumer = Consumer({**config, "group.id": f"lso-{uuid.uuid4().hex}", "enable.auto.commit": False,
-                         "isolation.level": "read_committed", "enable.partition.eof": True})
-    stable: dict[int, int] = {}
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(count)])
-        deadline = time.monotonic() + 30
-        while len(stable) < count and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, 0.5):
-                err = msg.error()
-                partition, offset = msg.partition(), msg.offset()
-                if err is not None and err.code() == KafkaError._PARTITION_EOF:
-                    assert partition is not None and offset is not None
-                    stable[partition] = offset
-    finally:
-        consumer.close()
-    assert len(stable) == count, f"{topic}: end not reached on every partition ({stable})"
-    return {p: (stable[p], highs[p]) for p in range(count) if stable[p] < highs[p]}
+    return held_back(config, topic, count)[0]
 
 
 def pipeline_command(source: str, servers: str, output: Path, run_id: str, run_dir: Path, *extra: str) -> list[str]:
