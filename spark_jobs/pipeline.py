@@ -88,7 +88,8 @@ _NICE_STEPS: Final = {"ingest": 0, "window_aggregate": 1, "sink": 1}
 # the sink reads as they commit, so where the two share cores the sink keeps up with the write and the last
 # hop is the last chunk, not what the sink was behind. Started at the sink's level, where it must stay until
 # then (a sink above it from the start took cores from ingest's start: 45.4 / 74.6 s against 38.2 / 44.1 s).
-# At 10M events, the sink's level fixed at 6 against 12: the last hop 0.9 / 0.9 s against 3.8 / 4.2 s.
+# At 10M events the last hop went 3.8-4.4 s -> 0.9 / 1.3 s, at 1M 2.1 / 2.9 s -> 0.8 s (three runs), the
+# pipeline no slower (docs/PERFORMANCE.md, "The last hop").
 _WINDOW_INPUT_ENDED: Final = b" window_aggregate: input ended"
 _WINDOW_WRITING_NICE: Final = 19
 _OWN_LINE = re.compile(
