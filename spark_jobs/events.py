@@ -132,7 +132,9 @@ def split_rejects_observed(df: DataFrame, key: str, event_time: str) -> tuple[Da
     DataFrame made from it) has run. ``n`` 0 means the input has no reject; above 0 it has some, but ``n``
     itself may count a retried task's rows twice: count ``rejects`` for the exact number. So a job that
     writes ``good`` reads the input once when nothing is rejected, where counting the rejects first costs a
-    whole pass more."""
+    whole pass more. The action must run ``good``'s query as part of its own plan (a ``format("controlmsg")``
+    or file write, a collect): a write that runs it inside a command, as ``format("kafka")``'s default V1
+    path does, never reports the metric, and ``seen.get`` then waits for ever."""
     marked = _marked(df, key, event_time)
     seen = Observation()
     good = _good(marked.observe(seen, F.count(F.col(REJECT_REASON)).alias("rejects")))
