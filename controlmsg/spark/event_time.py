@@ -52,6 +52,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StructField, StructType, TimestampNTZType, TimestampType
 
 from controlmsg.errors import WatermarkNotFollowed
+from controlmsg.spark.session import settle_shared_environment
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -95,6 +96,7 @@ def with_watermark(df: DataFrame, event_time: str, *, metrics_name: str = "contr
         WatermarkNotFollowed: the Spark in use marks a watermarked column with another metadata key than the
             one ``with_watermark`` sets (a Spark version it was not tested with; classic sessions).
     """
+    settle_shared_environment(df.sparkSession)
     df = _with_watermark_fields(df)
     _check(df, event_time)
     _check_rows_kept(df)

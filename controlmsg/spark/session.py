@@ -8,18 +8,26 @@ standalone clusters whose workers share this environment's path.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
+from typing import Any, Final
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from controlmsg.clusters.class_archive import driver_java_options
 
-__all__ = ["register", "spark_session"]
+__all__ = ["STREAM_RUNNER_KEYS", "register", "settle_shared_environment", "spark_session"]
 
 _JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+_LOG: Final = logging.getLogger(__name__)
+
+STREAM_RUNNER_KEYS: Final = (
+    "SPARK_LOCAL_DIRS", "SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE", "SPARK_PYTHON_RUNTIME")
+"""The keys Spark's ``PythonStreamingSourceRunner.init()`` (pyspark 4.2 and 4.3) inserts, without a lock, into the
+environment map of a Python data source, a map every read of that data source in the JVM shares."""
 
 
 def register(spark: SparkSession) -> None:
@@ -33,6 +41,49 @@ def register(spark: SparkSession) -> None:
 
     if not _known(spark, ControlMsgDataSource.name()):
         spark.dataSource.register(ControlMsgDataSource)
+    settle_shared_environment(spark)
+
+
+def settle_shared_environment(spark: SparkSession) -> None:
+    """Insert :data:`STREAM_RUNNER_KEYS` into the ``controlmsg`` data source's shared environment map now, on
+    the calling thread, so that no query can corrupt it later (idempotent; milliseconds; no-op on Spark Connect).
+
+    Each streaming query over a Python data source starts a ``PythonStreamingSourceRunner`` on its own thread,
+    whose ``init()`` puts four keys into the data source function's ``envVars``: one map per data source in the
+    JVM, not thread-safe, and not copied (a Spark bug, reported in docs/SPARK_RACE.md). Two controlmsg streams
+    that start together in a fresh JVM can insert at once and leave the map's size counter off its entries;
+    from then on every serialisation of a plan that holds the map fails (``Task not serializable``,
+    ``IllegalStateException: Illegal size 5 of collection, expected 7``) until the JVM ends. With the keys
+    already present, a runner's ``put`` only replaces a value and the map's structure never changes.
+
+    Each key gets the value the runner would give it (the configured local directories, the socket timeout
+    and buffer size of Spark's conf, ``PYTHON_WORKER``); the runner replaces ``SPARK_LOCAL_DIRS`` with its
+    block manager's directories under them when it starts. A key already there is left alone. Called by
+    :func:`register` (so by :func:`spark_session`) and by ``with_watermark``. Where the map cannot be reached
+    (a Spark whose internals differ), a WARNING says so and names the remedy: start streams one at a time.
+    """
+    jvm: Any = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: the map lives in the server's JVM, out of a client's reach
+        return
+    try:
+        from controlmsg.spark.datasource import ControlMsgDataSource
+
+        source = spark._jsparkSession.sessionState().dataSourceManager().lookupDataSource(ControlMsgDataSource.name())
+        shared = source.dataSourceCls().envVars()
+        conf = spark.sparkContext._jsc.sc().conf()
+        config = jvm.org.apache.spark.internal.config
+        values = {
+            "SPARK_LOCAL_DIRS": ",".join(jvm.org.apache.spark.util.Utils.getConfiguredLocalDirs(conf)),
+            "SPARK_AUTH_SOCKET_TIMEOUT": str(conf.get(config.Python.PYTHON_AUTH_SOCKET_TIMEOUT())),
+            "SPARK_BUFFER_SIZE": str(conf.get(getattr(getattr(config, "package$"), "MODULE$").BUFFER_SIZE())),
+            "SPARK_PYTHON_RUNTIME": "PYTHON_WORKER",
+        }
+        for key in STREAM_RUNNER_KEYS:
+            shared.putIfAbsent(key, values[key])
+    except Exception as exc:  # a py4j error: Spark's internals are not the ones this was written for
+        _LOG.warning("controlmsg could not settle the data source's shared environment map (%s: %s); two "
+                     "controlmsg streams started at the same moment may then corrupt it (docs/SPARK_RACE.md): "
+                     "start them one after another", type(exc).__name__, exc)
 
 
 def _known(spark: SparkSession, name: str) -> bool:
