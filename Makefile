@@ -34,7 +34,7 @@ test: setup  ## the whole test suite; starts its own broker unless KAFKA_BOOTSTR
 # allows. A second venv holds pyspark 4.2.0 alone; every other package is the first venv's (a .pth adds its
 # site-packages after the venv's own), so the install is one cached wheel, not a second dependency set.
 SPARK42_VENV ?= $(VENV)-spark42
-SPARK42_TESTS ?= tests/spark/test_event_time.py -k "slow_tasks_records or refused or adds_the_watermark or does_not_follow"
+SPARK42_TESTS ?= tests/spark/test_two_streams_at_once.py tests/spark/test_event_time.py -k "two_streams or slow_tasks_records or refused or adds_the_watermark or does_not_follow"
 
 $(SPARK42_VENV)/.installed: $(VENV)/.installed
 	rm -rf $(SPARK42_VENV)

@@ -21,12 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pyspark.sql import SparkSession
 
 from controlmsg.clusters.jobs import JobGroup
 from controlmsg.core.messages import WatermarkMessage
-from controlmsg.kafka import ControlReader, DataRecord, FileCheckpointStore
+from controlmsg.kafka import Checkpoint, ControlReader, DataRecord, FileCheckpointStore
 from spark_jobs.common import topic_names
 from spark_jobs.pipeline import _job_args, _write_client_config, build_parser
 from spark_jobs.runtime.sink import checkpoint_path
@@ -99,25 +98,28 @@ def check_wire(config: dict[str, Any], topic: str, tasks: int, partitions: int =
     assert len(ends) == tasks * partitions and set(ends.values()) == {1}, ends
 
 
-@pytest.mark.parametrize("victim", ["stream_ingest", "stream_window", "stream_sink"])
-def test_kill_9_of_a_job_mid_run_then_restart(victim: str, spark: SparkSession, kafka_config: dict[str, Any],
-                                             bootstrap_servers: str, new_topic: Callable[..., str],
-                                             tmp_path: Path) -> None:
+def test_kill_9_of_each_job_in_turn_mid_run_then_restart(spark: SparkSession, kafka_config: dict[str, Any],
+                                                        bootstrap_servers: str, new_topic: Callable[..., str],
+                                                        tmp_path: Path) -> None:
+    """One run of the chain, each job killed once in the middle of it and started again: the ingest once a
+    quarter of the events are through, the window job once window results flow, the sink once it has made rows
+    durable (all three before the end of stream)."""
     source = new_topic(4, prefix="raw")
     events = generated_source(kafka_config, source, tmp_path, events=EVENTS, keys=40, disorder_ms=5000, seed=21)
     chain = Chain(bootstrap_servers, source, tmp_path)
     try:
         for job in ("stream_sink", "stream_window", "stream_ingest"):
             chain.start(job)
-        if victim == "stream_ingest":  # a quarter of the events are through: ingest is mid-run
-            wait_for_records(kafka_config, chain.events_topic, chain.run_id, EVENTS // 4)
-        else:  # window results are flowing (before end of stream): window and sink are mid-run
-            wait_for_records(kafka_config, chain.windows_topic, chain.run_id, 40)
-        chain.kill9(victim)
-        if victim == "stream_sink":  # it had made rows durable: the restart resumes there, not from scratch
-            saved = FileCheckpointStore(checkpoint_path(chain.output)).load()
-            assert saved is not None and saved.extra["rows"] > 0 and sum(saved.offsets.values()) > 0
-        chain.start(victim)
+        wait_for_records(kafka_config, chain.events_topic, chain.run_id, EVENTS // 4)
+        chain.kill9("stream_ingest")
+        chain.start("stream_ingest")
+        wait_for_records(kafka_config, chain.windows_topic, chain.run_id, 40)
+        chain.kill9("stream_window")
+        chain.start("stream_window")
+        saved = wait_for_sink_checkpoint(chain.output, timeout=120)
+        chain.kill9("stream_sink")  # it had made rows durable: the restart resumes there, not from scratch
+        assert saved.extra["rows"] > 0 and sum(saved.offsets.values()) > 0
+        chain.start("stream_sink")
         chain.wait()
     finally:
         chain.close()
@@ -127,9 +129,19 @@ def test_kill_9_of_a_job_mid_run_then_restart(victim: str, spark: SparkSession, 
     window = json.loads((chain.run_dir / "stream_window.json").read_text())
     assert sum(t["windows_emitted"] for t in window["tasks"]) == rows  # each window written once in all
     assert sum(t["late"] for t in window["tasks"]) == 0
-    if victim == "stream_window":
-        assert all(t["resumed"] for t in window["tasks"])  # from the state topic, not from scratch
+    assert all(t["resumed"] for t in window["tasks"])  # from the state topic, not from scratch
     sink = json.loads((chain.run_dir / "stream_sink.json").read_text())
-    assert sink["rows"] == rows and sink["ended"] and sink["resumed"] == (victim == "stream_sink")
+    assert sink["rows"] == rows and sink["ended"] and sink["resumed"]
     check_wire(kafka_config, chain.events_topic, tasks=2)
     check_wire(kafka_config, chain.windows_topic, tasks=3)  # a window task per events partition
+
+
+def wait_for_sink_checkpoint(output: Path, timeout: float) -> Checkpoint:
+    """The sink's saved checkpoint, once it holds rows (it saves after making the file durable)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        saved = FileCheckpointStore(checkpoint_path(output)).load()
+        if saved is not None and saved.extra["rows"] > 0:
+            return saved
+        assert time.monotonic() < deadline, f"no sink checkpoint with rows after {timeout} s"
+        time.sleep(0.2)
