@@ -98,10 +98,8 @@ def test_exit_at_end_after_transactions_and_with_until_eos(kafka_config: dict[st
             writer.send({"n": n}, key=f"k{n}")
         writer.send_watermark(100)
         writer.commit()
-    started = time.monotonic()
     code, lines, stderr = consume(bootstrap_servers, topic, "-e", "--until-eos", "--timeout", "30")
-    assert code == 0, stderr
-    assert time.monotonic() - started < 20  # at the end, not at the timeout
+    assert code == 0, stderr  # at the end, not at the timeout (which exits 3, as below)
     assert len(offsets(lines)) == 6 and {"kind": "end_of_stream"} not in lines  # task t1 never ended
     code, lines, stderr = consume(bootstrap_servers, topic, "--until-eos", "--timeout", "3")
     assert code == 3 and "waiting for end of stream" in stderr  # without -e: the contract as it was

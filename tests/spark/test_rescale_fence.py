@@ -2,11 +2,13 @@
 real broker and Spark.
 
 Task 3 of the 4-task run dies in the middle of a transaction: a real transactional producer with its id
-holds records open on the events topic (``transaction.timeout.ms`` 120 s). The 3-task run will never start
-a task 3 whose ``init_transactions`` would abort it; only ``stream_ingest``'s fence of the retired ids
-does. The downstream ``read_committed`` reader must get every record of the run to its end of stream
-(which it cannot while the transaction is open) and none of the dead task's; the dead producer must find
-itself fenced. No wall-clock threshold: the reader's own bound (60 s) is half the transaction's timeout.
+holds records open on the events topic (``transaction.timeout.ms`` :data:`DEAD_TIMEOUT_MS`, 15 minutes).
+The 3-task run will never start a task 3 whose ``init_transactions`` would abort it; only
+``stream_ingest``'s fence of the retired ids does. The downstream ``read_committed`` reader must get every
+record of the run to its end of stream (which it cannot while the transaction is open) and none of the
+dead task's; the dead producer must find itself fenced. No wall-clock threshold: the coordinator would
+end the transaction only 15 minutes after it opened, far beyond what this test waits for (the rescale
+run, then the reader's 60 s), so only the fence can have ended it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ from tests.transactions import held_back
 
 RUN = "fence-4-3"
 EVENTS = 3000
+DEAD_TIMEOUT_MS = 900_000
+"""The dead task's ``transaction.timeout.ms``: Kafka's default ``transaction.max.timeout.ms`` (15 min; the local
+broker of controlmsg.clusters.broker keeps the default), the longest a broker with default settings accepts.
+A timeout of 120 s let a slow run pass without the fence: the coordinator aborted the transaction itself."""
 
 
 def test_rescale_4_to_3_fences_the_retired_task_left_mid_transaction(
@@ -56,7 +62,7 @@ def test_rescale_4_to_3_fences_the_retired_task_left_mid_transaction(
         t.join(120)
     # Then task 3 starts again and dies mid-transaction: its records stay in an open transaction.
     dead = ControlWriter({**kafka_config, "transactional.id": transactional_id(events, task_name("ingest", RUN, 3)),
-                          "transaction.timeout.ms": 120_000}, events, task_name=task_name("ingest", RUN, 3),
+                          "transaction.timeout.ms": DEAD_TIMEOUT_MS}, events, task_name=task_name("ingest", RUN, 3),
                          task_count=4, run_id=RUN, data_headers=True)
     for n in range(6):
         dead.send({"key": "dead", "event_ms": 1_767_225_600_000, "id": f"dead-{n}"}, key="dead", partition=n % 3)
