@@ -24,7 +24,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from controlmsg.clusters.jobs import JobGroup
-from controlmsg.core.messages import WatermarkMessage
+from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
 from controlmsg.kafka import Checkpoint, ControlReader, DataRecord, FileCheckpointStore
 from spark_jobs.common import topic_names
 from spark_jobs.pipeline import _job_args, _write_client_config, build_parser
@@ -98,20 +98,27 @@ def check_wire(config: dict[str, Any], topic: str, tasks: int, partitions: int =
     assert len(ends) == tasks * partitions and set(ends.values()) == {1}, ends
 
 
-def test_kill_9_of_each_job_in_turn_mid_run_then_restart(spark: SparkSession, kafka_config: dict[str, Any],
-                                                        bootstrap_servers: str, new_topic: Callable[..., str],
-                                                        tmp_path: Path) -> None:
-    """One run of the chain, each job killed once in the middle of it and started again: the ingest once a
-    quarter of the events are through, the window job once window results flow, the sink once it has made rows
-    durable (all three before the end of stream)."""
+def test_kill_9_of_each_job_in_turn_mid_run_rescaling_the_ingest_2_4_3(
+        spark: SparkSession, kafka_config: dict[str, Any], bootstrap_servers: str, new_topic: Callable[..., str],
+        tmp_path: Path) -> None:
+    """One run of the chain, each job killed in the middle of it and started again: the ingest twice, rescaled
+    each time (``--tasks`` 2, killed a quarter through; 4, killed half through; then 3 to the end: docs/PROTOCOL.md,
+    "Generations"), then the window job once window results flow, then the sink once it has made rows durable,
+    all before the end of stream. The window job learns each new task set from the control messages themselves
+    (a higher generation with its own ``taskCount``), so no record is late."""
     source = new_topic(4, prefix="raw")
     events = generated_source(kafka_config, source, tmp_path, events=EVENTS, keys=40, disorder_ms=5000, seed=21)
     chain = Chain(bootstrap_servers, source, tmp_path)
+    ingest = chain.commands["stream_ingest"]
     try:
-        for job in ("stream_sink", "stream_window", "stream_ingest"):
+        for job in ("stream_sink", "stream_window"):
             chain.start(job)
-        wait_for_records(kafka_config, chain.events_topic, chain.run_id, EVENTS // 4)
-        chain.kill9("stream_ingest")
+        for tasks, through in ((2, EVENTS // 4), (4, EVENTS // 2)):
+            chain.commands["stream_ingest"] = _with_tasks(ingest, tasks)
+            chain.start("stream_ingest")
+            wait_for_records(kafka_config, chain.events_topic, chain.run_id, through)
+            chain.kill9("stream_ingest")
+        chain.commands["stream_ingest"] = _with_tasks(ingest, 3)
         chain.start("stream_ingest")
         wait_for_records(kafka_config, chain.windows_topic, chain.run_id, 40)
         chain.kill9("stream_window")
@@ -126,14 +133,45 @@ def test_kill_9_of_each_job_in_turn_mid_run_then_restart(spark: SparkSession, ka
     rows = assert_matches_oracle(spark, str(chain.output), input_path=str(events), key="user",
                                  event_time="event_time", window="1m", sums=["amount"])
     assert rows > 200  # ten minutes of event time, 40 keys
+    ingest_summary = json.loads((chain.run_dir / "stream_ingest.json").read_text())
+    assert ingest_summary["generation"] == 2 and len(ingest_summary["tasks"]) == 3
     window = json.loads((chain.run_dir / "stream_window.json").read_text())
     assert sum(t["windows_emitted"] for t in window["tasks"]) == rows  # each window written once in all
-    assert sum(t["late"] for t in window["tasks"]) == 0
+    assert sum(t["late"] for t in window["tasks"]) == 0  # no window closed early for a task not heard from
     assert all(t["resumed"] for t in window["tasks"])  # from the state topic, not from scratch
     sink = json.loads((chain.run_dir / "stream_sink.json").read_text())
     assert sink["rows"] == rows and sink["ended"] and sink["resumed"]
-    check_wire(kafka_config, chain.events_topic, tasks=2)
+    check_generations(kafka_config, chain.events_topic)
     check_wire(kafka_config, chain.windows_topic, tasks=3)  # a window task per events partition
+
+
+def _with_tasks(command: list[str], tasks: int) -> list[str]:
+    at = command.index("--tasks")
+    return [*command[:at + 1], str(tasks), *command[at + 2:]]
+
+
+def check_generations(config: dict[str, Any], topic: str) -> None:
+    """The events topic's wire after the rescales: three generations, each with its own taskCount, watermarks
+    that never go back within a generation, and the stream ended by generation 2's tasks, each once on each of
+    the 3 partitions (a task of an older generation may have ended its own stream before a kill, when its
+    source partitions reached their end)."""
+    counts: dict[int, set[int]] = {}
+    marks: dict[tuple[int, str, int], list[int]] = {}
+    ended: Counter[tuple[int, str, int]] = Counter()
+    for rec in dump_topic(config, topic):
+        message = rec.value
+        if isinstance(message, WatermarkMessage | EndOfStreamMessage):
+            counts.setdefault(message.generation, set()).add(message.task_count)
+            key = (message.generation, message.task_name, rec.partition)
+            if isinstance(message, WatermarkMessage):
+                marks.setdefault(key, []).append(message.timestamp)
+            else:
+                ended[key] += 1
+    assert counts == {0: {2}, 1: {4}, 2: {3}}
+    for key, seq in marks.items():
+        assert seq == sorted(seq), f"watermarks of {key} go back: {seq}"
+    assert set(ended.values()) == {1}, ended
+    assert len([k for k in ended if k[0] == 2]) == 3 * 3, ended
 
 
 def wait_for_sink_checkpoint(output: Path, timeout: float) -> Checkpoint:
