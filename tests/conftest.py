@@ -13,11 +13,14 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from controlmsg.clusters.processes import free_ports
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @pytest.fixture(scope="session")
@@ -55,3 +58,31 @@ def new_topic(kafka_config: dict[str, Any], request: pytest.FixtureRequest) -> C
         return name
 
     return make
+
+
+MASTER = "local[2,3]"
+MAX_ATTEMPTS = 3
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local SparkSession for the whole run (starting a JVM takes seconds), made when a test first asks.
+
+    ``local[2,3]``: two cores, and up to three attempts per task, so the retry tests can fail a first attempt; a
+    reader that times out is also tried three times (kept short in the tests)."""
+    from controlmsg.spark import spark_session
+
+    session = spark_session(
+        MASTER,
+        app_name="controlmsg-tests",
+        conf={
+            "spark.sql.shuffle.partitions": "4",
+            "spark.default.parallelism": "2",
+            "spark.sql.execution.arrow.maxRecordsPerBatch": "1000",
+        },
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -9,7 +9,7 @@ the timeout's, and the exit code 1 (``consume`` exits 3 at its timeout). The onl
 call's own timeout: a call that waited for it took at least that long. How soon a refusal is told (about a
 second when definitive, after the 10 s grace for an address that does not answer) is printed, not asserted.
 
-The module starts its own secured broker (the fixture of ``test_secured_broker``), stopped at the end.
+The secured broker is the session's (``tests/integration/conftest.py``), shared with ``test_secured_broker``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -31,9 +31,10 @@ from controlmsg.kafka.admin import create_topic
 from controlmsg.kafka.settings import client_config, for_client, read_properties
 from controlmsg.kafka.writer import ControlWriter
 
-from .test_secured_broker import Secured, _cli, _error_lines, secured
+from .secured import Secured, cli, error_lines
 
-__all__ = ["secured"]  # the module's broker
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 pytestmark = pytest.mark.kafka
 
@@ -64,11 +65,11 @@ def _refused(secured: Secured, *settings: str, command: str = "consume") -> str:
     elif command == "produce":
         args += ["--task-name", "t0", "--task-count", "1", "--eos"]
     started = time.monotonic()
-    proc = _cli(command, *args, secret=(*secured.passwords, "not-the-password"), stdin=b'{"n": 1}\n')
+    proc = cli(command, *args, secret=(*secured.passwords, "not-the-password"), stdin=b'{"n": 1}\n')
     took = time.monotonic() - started
     assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
     assert "Traceback" not in proc.stderr and proc.stdout == ""
-    [line] = _error_lines(proc.stderr)
+    [line] = error_lines(proc.stderr)
     assert "timed out" not in line and took < OWN_TIMEOUT_S[command], f"{command} waited its timeout ({took:.0f} s)"
     print(f"{took:.1f} s: {line}", file=sys.stderr)
     return line
@@ -117,10 +118,10 @@ def test_a_missing_ca_file(secured: Secured, tmp_path: Path) -> None:
     props.chmod(0o600)
     topic = _topic(secured)
     started = time.monotonic()
-    proc = _cli("consume", "--kafka-config", str(props), "--topic", topic, "--until-eos", "--timeout",
+    proc = cli("consume", "--kafka-config", str(props), "--topic", topic, "--until-eos", "--timeout",
                 f"{CONSUME_TIMEOUT_S:g}", secret=secured.passwords)
     assert proc.returncode == 1 and time.monotonic() - started < CONSUME_TIMEOUT_S, proc.stderr[-2000:]
-    [line] = _error_lines(proc.stderr)
+    [line] = error_lines(proc.stderr)
     assert line.startswith("error: TLS certificate not trusted") and "the system's CA store" in line
 
 
@@ -172,10 +173,10 @@ def test_tls_to_a_plaintext_listener(secured: Secured, bootstrap_servers: str) -
 def test_a_topic_the_principal_may_not_touch(secured: Secured) -> None:
     topic = _topic(secured)
     started = time.monotonic()
-    proc = _cli("consume", "--kafka-config", str(secured.properties["nobody"]), "--topic", topic, "--until-eos",
+    proc = cli("consume", "--kafka-config", str(secured.properties["nobody"]), "--topic", topic, "--until-eos",
                 "--timeout", f"{CONSUME_TIMEOUT_S:g}", secret=secured.passwords)
     assert proc.returncode == 1 and time.monotonic() - started < CONSUME_TIMEOUT_S, proc.stderr[-2000:]
-    [line] = _error_lines(proc.stderr)
+    [line] = error_lines(proc.stderr)
     assert f"not authorized to describe topic {topic!r} (principal User:nobody)" in line
     assert f"check the ACLs of User:nobody on topic {topic!r}" in line
 
@@ -266,29 +267,23 @@ def test_a_transactional_id_or_a_write_the_principal_may_not_use(secured: Secure
 
 
 @pytest.mark.spark
-def test_spark_data_source_fails_with_the_same_line(secured: Secured) -> None:
+def test_spark_data_source_fails_with_the_same_line(secured: Secured, spark: SparkSession) -> None:
     from pyspark.errors import PySparkException
-
-    from controlmsg.spark import spark_session
 
     topic = _topic(secured)
     options = {f"kafka.{k}": str(v) for k, v in _bad_password(secured).items()}
-    spark = spark_session("local[2]", app_name="controlmsg-refused")
-    try:
-        frame = spark.createDataFrame([("a", 1)], "k string, n int")
-        started = time.monotonic()
-        with pytest.raises(PySparkException) as info:
-            (frame.write.format("controlmsg").mode("append").options(**options)
-             .option("topic", topic).option("runId", "r1").option("timeout", f"{CALL_TIMEOUT_S:g}").save())
-        took = time.monotonic() - started
-        plain = {**options, "kafka.security.protocol": "PLAINTEXT"}  # a read, on a listener it does not speak
-        read_started = time.monotonic()
-        with pytest.raises(PySparkException) as read_info:
-            spark.read.format("controlmsg").options(**plain, topic=topic, runId="r1",
-                                                    timeout=f"{CALL_TIMEOUT_S:g}").load().count()
-        read_took = time.monotonic() - read_started
-    finally:
-        spark.stop()
+    frame = spark.createDataFrame([("a", 1)], "k string, n int")
+    started = time.monotonic()
+    with pytest.raises(PySparkException) as info:
+        (frame.write.format("controlmsg").mode("append").options(**options)
+         .option("topic", topic).option("runId", "r1").option("timeout", f"{CALL_TIMEOUT_S:g}").save())
+    took = time.monotonic() - started
+    plain = {**options, "kafka.security.protocol": "PLAINTEXT"}  # a read, on a listener it does not speak
+    read_started = time.monotonic()
+    with pytest.raises(PySparkException) as read_info:
+        spark.read.format("controlmsg").options(**plain, topic=topic, runId="r1",
+                                                timeout=f"{CALL_TIMEOUT_S:g}").load().count()
+    read_took = time.monotonic() - read_started
     read_text = str(read_info.value)
     assert (f"security protocol mismatch (broker {secured.bootstrap_servers}, principal User:pipeline): the listener "
             f"speaks SASL_SSL, the client PLAINTEXT") in read_text, read_text[-3000:]

@@ -3,27 +3,21 @@ pipeline user writes and reads the protocol with nothing but its properties file
 refused in one line that names the topic, a plaintext client gets nowhere, and no password is ever
 printed.
 
-The module starts its own secured broker (in a temporary directory, on a free port) through the CLI; if
-it cannot start, every test here errors. It is stopped at the end.
+The secured broker is the session's (``tests/integration/conftest.py``, shared with ``test_refused``), started
+through the CLI in a temporary directory on a free port; if it cannot start, every test here errors.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import stat
 import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 import pytest
 
-from controlmsg.clusters.processes import free_ports
 from controlmsg.core.bookkeeping import StreamEnded
 from controlmsg.core.codec import decode_json_payload
 from controlmsg.kafka.admin import create_topic, end_offsets, partition_count
@@ -31,56 +25,9 @@ from controlmsg.kafka.reader import ControlReader, DataRecord
 from controlmsg.kafka.settings import client_config, read_properties
 from controlmsg.kafka.writer import ControlWriter
 
+from .secured import Secured, cli, error_lines
+
 pytestmark = pytest.mark.kafka
-
-
-@dataclass(frozen=True)
-class Secured:
-    bootstrap_servers: str
-    data_dir: Path
-    properties: dict[str, Path]  # user -> client properties file
-    passwords: tuple[str, ...]
-
-
-def _cli(*args: str, secret: tuple[str, ...] = (), stdin: bytes | None = None,
-         timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run ``controlmsg``; every output is checked to hold none of the ``secret`` strings."""
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": ""}  # the settings must come from the options alone
-    proc = subprocess.run([sys.executable, "-m", "controlmsg", *args], input=stdin, capture_output=True,
-                          timeout=timeout, check=False, env=env)
-    out, err = proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
-    for value in secret:
-        assert value not in out and value not in err, f"a password was printed by controlmsg {args[0]}"
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def _error_lines(stderr: str) -> list[str]:
-    # librdkafka's own log lines (``%<level>|...``) may surround controlmsg's one-line error.
-    return [line for line in stderr.splitlines() if line.startswith("error:")]
-
-
-@pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
-    data_dir = tmp_path_factory.mktemp("kafka-secured")
-    started = time.monotonic()
-    proc = _cli("broker", "start", "--security", "sasl-ssl", "--port", str(free_ports()),
-                "--data-dir", str(data_dir), timeout=300)
-    try:
-        assert proc.returncode == 0, f"the secured broker did not start:\n{proc.stderr}"
-        secrets = json.loads((data_dir / "secrets.json").read_text())
-        passwords = (*secrets["users"].values(), secrets["controller"])
-        for value in passwords:  # the start command printed none of them
-            assert value not in proc.stdout and value not in proc.stderr
-        record = json.loads((data_dir / "broker.json").read_text())
-        print(f"secured broker started in {time.monotonic() - started:.1f} s", file=sys.stderr)
-        yield Secured(
-            bootstrap_servers=proc.stdout.strip(),
-            data_dir=data_dir,
-            properties={user: Path(path) for user, path in record["client_properties"].items()},
-            passwords=passwords,
-        )
-    finally:
-        _cli("broker", "stop", "--data-dir", str(data_dir))
 
 
 def _topic(prefix: str) -> str:
@@ -88,7 +35,7 @@ def _topic(prefix: str) -> str:
 
 
 def test_start_names_the_pipeline_properties_and_writes_private_files(secured: Secured) -> None:
-    status = _cli("broker", "status", "--data-dir", str(secured.data_dir), secret=secured.passwords)
+    status = cli("broker", "status", "--data-dir", str(secured.data_dir), secret=secured.passwords)
     assert status.returncode == 0 and status.stdout.strip() == secured.bootstrap_servers
     pipeline = secured.properties["pipeline"]
     assert str(pipeline) in status.stderr
@@ -109,15 +56,15 @@ def test_start_names_the_pipeline_properties_and_writes_private_files(secured: S
 def test_pipeline_user_writes_and_reads_through_the_cli(secured: Secured) -> None:
     topic = _topic("secured-cli")
     props = str(secured.properties["pipeline"])
-    created = _cli("create-topic", "--kafka-config", props, "--topic", topic, "--partitions", "2",
+    created = cli("create-topic", "--kafka-config", props, "--topic", topic, "--partitions", "2",
                    secret=secured.passwords)
     assert created.returncode == 0, created.stderr
     lines = b"".join(orjson.dumps({"user": f"u{i}", "n": i}) + b"\n" for i in range(6))
-    produced = _cli("produce", "--kafka-config", props, "--topic", topic, "--task-name", "t0", "--task-count", "1",
+    produced = cli("produce", "--kafka-config", props, "--topic", topic, "--task-name", "t0", "--task-count", "1",
                     "--run-id", "r1", "--key-field", "user", "--watermark", "100", "--eos", stdin=lines,
                     secret=secured.passwords)
     assert produced.returncode == 0, produced.stderr
-    consumed = _cli("consume", "--kafka-config", props, "--topic", topic, "--run-id", "r1", "--until-eos",
+    consumed = cli("consume", "--kafka-config", props, "--topic", topic, "--run-id", "r1", "--until-eos",
                     "--timeout", "60", secret=secured.passwords)
     assert consumed.returncode == 0, consumed.stderr
     rows = [orjson.loads(line) for line in consumed.stdout.splitlines()]
@@ -148,27 +95,27 @@ def test_nobody_is_refused_in_one_line_and_writes_nothing(secured: Secured) -> N
     nobody = str(secured.properties["nobody"])
 
     missing = _topic("secured-nobody-create")
-    create = _cli("create-topic", "--kafka-config", nobody, "--topic", missing, "--partitions", "1",
+    create = cli("create-topic", "--kafka-config", nobody, "--topic", missing, "--partitions", "1",
                   secret=secured.passwords)
     assert create.returncode == 1
-    [line] = _error_lines(create.stderr)
+    [line] = error_lines(create.stderr)
     assert "not authorized to create topic" in line and repr(missing) in line and "User:nobody" in line
     assert "Traceback" not in create.stderr
     assert partition_count(pipeline, missing) is None  # nothing was created
 
     topic = _topic("secured-nobody-write")
     create_topic(pipeline, topic, 2)
-    produce = _cli("produce", "--kafka-config", nobody, "--topic", topic, "--task-name", "t0", "--task-count", "1",
+    produce = cli("produce", "--kafka-config", nobody, "--topic", topic, "--task-name", "t0", "--task-count", "1",
                    "--eos", stdin=b'{"n": 1}\n', secret=secured.passwords)
     assert produce.returncode == 1
-    [line] = _error_lines(produce.stderr)
+    [line] = error_lines(produce.stderr)
     assert "not authorized to" in line and repr(topic) in line and "User:nobody" in line
     assert end_offsets(pipeline, topic) == {0: 0, 1: 0}  # nothing was written
 
-    consume = _cli("consume", "--kafka-config", nobody, "--topic", topic, "--until-eos", "--timeout", "10",
+    consume = cli("consume", "--kafka-config", nobody, "--topic", topic, "--until-eos", "--timeout", "10",
                    secret=secured.passwords)
     assert consume.returncode == 1
-    [line] = _error_lines(consume.stderr)
+    [line] = error_lines(consume.stderr)
     assert "not authorized to describe topic" in line and repr(topic) in line
 
 
@@ -177,11 +124,11 @@ def test_a_plaintext_client_gets_nowhere(secured: Secured) -> None:
     topic = _topic("secured-plain")
     create_topic(pipeline, topic, 1)
     started = time.monotonic()
-    plain = _cli("consume", "-X", f"bootstrap.servers={secured.bootstrap_servers}", "--topic", topic,
+    plain = cli("consume", "-X", f"bootstrap.servers={secured.bootstrap_servers}", "--topic", topic,
                  "--until-eos", "--timeout", "3", secret=secured.passwords)
     took = time.monotonic() - started
     assert plain.returncode == 1 and plain.stdout == ""
-    [line] = _error_lines(plain.stderr)
+    [line] = error_lines(plain.stderr)
     assert line.startswith("error: security protocol mismatch")  # told by asking the listener (test_refused)
     assert "the listener speaks SASL_SSL, the client PLAINTEXT" in line
     assert took < 60, f"a plaintext client waited {took:.0f} s"
@@ -267,15 +214,15 @@ def test_a_java_client_properties_file_works_through_the_cli(secured: Secured, t
         "ssl.truststore.type=PKCS12\n"
         "ssl.endpoint.identification.algorithm=https\n")
     topic = _topic("secured-java-cli")
-    created = _cli("create-topic", "--kafka-config", str(props), "--topic", topic, "--partitions", "2",
+    created = cli("create-topic", "--kafka-config", str(props), "--topic", topic, "--partitions", "2",
                    secret=secured.passwords)
     assert created.returncode == 0, created.stderr
     lines = b"".join(orjson.dumps({"user": f"u{i}", "n": i}) + b"\n" for i in range(5))
-    produced = _cli("produce", "--kafka-config", str(props), "--topic", topic, "--task-name", "t0", "--task-count",
+    produced = cli("produce", "--kafka-config", str(props), "--topic", topic, "--task-name", "t0", "--task-count",
                     "1", "--run-id", "r1", "--key-field", "user", "--eos", stdin=lines, secret=secured.passwords)
     assert produced.returncode == 0, produced.stderr
     jks = _truststore(secured, tmp_path, "JKS", "jks-pass")
-    consumed = _cli("consume", "-X", f"bootstrap.servers={secured.bootstrap_servers}",
+    consumed = cli("consume", "-X", f"bootstrap.servers={secured.bootstrap_servers}",
                     "-X", "security.protocol=SASL_SSL", "-X", "sasl.mechanism=SCRAM-SHA-512",
                     "-X", f'sasl.jaas.config={SCRAM_MODULE} required username="pipeline" password="{password}";',
                     "-X", f"ssl.truststore.location={jks}", "-X", "ssl.truststore.password=jks-pass",
@@ -284,9 +231,9 @@ def test_a_java_client_properties_file_works_through_the_cli(secured: Secured, t
     rows = [orjson.loads(line) for line in consumed.stdout.splitlines()]
     assert sorted(r["value"]["n"] for r in rows if r["kind"] == "data") == [0, 1, 2, 3, 4]
     assert rows[-1] == {"kind": "end_of_stream"}
-    refused = _cli("consume", "--kafka-config", str(props), "-X", "isolation.level=read_uncommitted", "--topic", topic,
+    refused = cli("consume", "--kafka-config", str(props), "-X", "isolation.level=read_uncommitted", "--topic", topic,
                    "--until-eos", "--timeout", "10", secret=secured.passwords)
     assert refused.returncode == 1
-    [line] = _error_lines(refused.stderr)
+    [line] = error_lines(refused.stderr)
     assert line.startswith("error: Kafka client setting 'isolation.level' (from -X) refused: controlmsg reads "
                            "read_committed only")

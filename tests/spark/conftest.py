@@ -1,7 +1,4 @@
-"""Spark fixtures: one local SparkSession for the whole run (starting the JVM takes seconds).
-
-``local[2,3]``: two cores, and up to three attempts per task, so the retry tests can fail a first
-attempt; a reader that times out is also tried three times (kept short in the tests). The Kafka
+"""Spark fixtures. The session's one local SparkSession (``spark``, ``local[2,3]``) and the Kafka
 fixtures (``kafka_config``, ``bootstrap_servers``, ``new_topic``) come from ``tests/conftest.py``.
 
 Cluster storage, for checkpoints that live where a cluster's would: ``hdfs`` (a session's local HDFS) and
@@ -17,33 +14,11 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from pyspark.sql import SparkSession
 
 from controlmsg.clusters.hdfs import HdfsCluster, start_hdfs, stop_hdfs
 from controlmsg.clusters.s3 import S3Endpoint, create_bucket, s3a_spark_conf, start_s3, stop_s3
-from controlmsg.spark import spark_session
 
-MASTER = "local[2,3]"
-MAX_ATTEMPTS = 3
 S3_BUCKET = "controlmsg-tests"
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    session = spark_session(
-        MASTER,
-        app_name="controlmsg-tests",
-        conf={
-            "spark.sql.shuffle.partitions": "4",
-            "spark.default.parallelism": "2",
-            "spark.sql.execution.arrow.maxRecordsPerBatch": "1000",
-        },
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 # ------------------------------------------------------------------------------------- cluster storage

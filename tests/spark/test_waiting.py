@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 from controlmsg.kafka import ControlWriter, create_topic
 from controlmsg.spark import run_status
-from tests.spark.conftest import MAX_ATTEMPTS
+from tests.conftest import MAX_ATTEMPTS
 from tests.spark.helpers import SCHEMA, make_rows, options, read, write
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
