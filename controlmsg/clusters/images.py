@@ -5,7 +5,8 @@
 * :data:`KAFKA_IMAGE`: Apache Kafka's broker from the jars of ``kafka-jars.lock``
   (:mod:`controlmsg.clusters.kafka_jars` fetches and verifies them; they are copied into ``docker/kafka/libs``
   and the build checks them against the lock again), one KRaft node configured from ``KAFKA_*`` variables;
-* :data:`SPARK_IMAGE`: Java 17, Python 3.11, pyspark and this project, for the Spark master, worker and drivers.
+* :data:`SPARK_IMAGE`: Java 17, Python 3.11, pyspark and this project's dependencies, for the Spark master,
+  worker and drivers; the project's checkout is mounted at ``/opt/controlmsg`` and on the image's Python path.
 
 Both are built ``FROM`` a Debian bookworm image, the build argument ``BASE``. Where no image registry is
 reachable, :func:`ensure_debian_base` makes one: ``debootstrap --variant=minbase bookworm`` and ``docker
@@ -57,6 +58,11 @@ SPARK_IMAGE: Final = f"controlmsg/spark:{SPARK_VERSION}"
 DEBIAN_BASE: Final = "controlmsg/debian:bookworm"
 """The base :func:`ensure_debian_base` makes (``docker-compose.yml`` reads it from ``CONTROLMSG_BASE_IMAGE``)."""
 _TAG_DIGITS = 16
+_SPARK_CONTEXT: Final = ("docker/spark/requirements.txt", ".dockerignore", "controlmsg/__init__.py",
+                         "controlmsg/errors.py", "controlmsg/paths.py", "controlmsg/core",
+                         "controlmsg/clusters/__init__.py", "controlmsg/clusters/class_archive.py")
+"""What the Spark image's build reads from the project (/.dockerignore sends the same): its dependencies and
+what building the class archive imports. The rest of the code is mounted when the containers run."""
 
 _SUITE = "bookworm"
 # What debian:bookworm-slim's sources name: the release, its updates and its security updates.
@@ -269,8 +275,7 @@ def build_images(base: str | None = None, *, rebuild: bool = False, root: Path |
                                          LOCK_FILE.name])
     kafka = _build(KAFKA_IMAGE, kafka_context / "Dockerfile", kafka_context, base,
                    _digest(kafka_context, kafka_files, base_id), rebuild)
-    spark_files = _files(root, ["docker/spark/Dockerfile", "docker/spark/requirements.txt", ".dockerignore",
-                                "pyproject.toml", "pyspark_controlmsg.py", "controlmsg", "spark_jobs"])
+    spark_files = _files(root, ["docker/spark/Dockerfile", *_SPARK_CONTEXT])
     spark = _build(SPARK_IMAGE, root / "docker" / "spark" / "Dockerfile", root, base,
                    _digest(root, spark_files, base_id), rebuild)
     return kafka, spark
