@@ -194,8 +194,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 def test_pipeline_on_the_compose_cluster_equals_the_oracle(cluster: Cluster) -> None:
     """The three Spark applications of the backfill pipeline, on the compose cluster against its Kafka, end by
-    themselves with the rows of the oracle: the same aggregation as one plain Spark batch query over the input
-    on local Spark (``spark_jobs.events.windowed_oracle``, which every pipeline test compares with)."""
+    themselves with the rows of the oracle every pipeline test compares with: the input read, rejected and
+    windowed in plain Python (``tests.oracles.windowed_counts``, no code shared with ``spark_jobs``)."""
     from pyspark import SparkContext
 
     from controlmsg.spark import spark_session
@@ -218,7 +218,7 @@ def test_pipeline_on_the_compose_cluster_equals_the_oracle(cluster: Cluster) -> 
     ours = SparkContext._active_spark_context is None  # else the Spark tests' session, left running
     spark = spark_session("local[2]")
     try:
-        # Sums of doubles: the cluster adds in another order than local Spark; the oracle compares rounded.
+        # Sums of doubles: the cluster adds in another order than the oracle; the comparison is rounded.
         rows = assert_matches_oracle(spark, str(cluster.data / "hourly.csv"),
                                      input_path=str(ROOT / "examples" / "clicks.csv"), key="user",
                                      event_time="event_time", window="1h", sums=["amount", "items"],

@@ -1,5 +1,6 @@
-"""The windowed-count pipeline against its oracle: the same aggregation as ONE plain Spark batch query over
-the input file must equal the pipeline's output file row for row.
+"""The windowed-count pipeline against its oracle: the input file read, rejected and windowed in plain Python
+(:func:`tests.oracles.windowed_counts`, which shares no code with ``spark_jobs``) must equal the pipeline's
+output file row for row.
 
 Here the three jobs run one after another in the test's Spark session (their ``run`` functions), which
 exercises everything but the process boundaries; ``test_pipeline_apps.py`` runs them as separate Spark
@@ -8,11 +9,10 @@ applications, concurrently, through the pipeline CLI.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import random
 import uuid
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,8 @@ from pyspark.sql import SparkSession
 
 from controlmsg.kafka.admin import end_offsets
 from spark_jobs.batch import ingest, sink, window_aggregate
-from spark_jobs.events import parse_duration, read_table, windowed_oracle
+from spark_jobs.events import parse_duration, windowed_oracle
+from tests.oracles import duration_ms, read_output, windowed_counts
 from tests.spark.topic_dump import dump_topic
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "clicks.csv"
@@ -73,13 +74,15 @@ def normalized(rows: list[Any], sums: list[str]) -> list[tuple[Any, ...]]:
 
 def assert_matches_oracle(spark: SparkSession, output: str, *, input_path: str, key: str, event_time: str,
                           window: str, sums: list[str], null_value: str | None = None) -> int:
-    # CSV read back as text: inferring types would turn the ISO-8601 strings into timestamps.
-    written = spark.read.option("header", "true").csv(output) if output.endswith(".csv") else read_table(spark, output)
-    got = normalized(written.collect(), sums)
-    want = normalized(windowed_oracle(spark, input_path, key=key, event_time=event_time,
-                                      window_ms=parse_duration(window), sums=sums, null_value=null_value).collect(),
-                      sums)
-    assert got == want
+    """The pipeline's output file equals :func:`tests.oracles.windowed_counts` over its input, row for row
+    (:func:`normalized`); returns how many rows. Both sides are read without Spark and without ``spark_jobs``
+    (``spark`` is unused, kept for the callers)."""
+    got = normalized(read_output(output, sums), sums)
+    want = normalized(windowed_counts(input_path, key=key, event_time=event_time, window_ms=duration_ms(window),
+                                      sums=sums, null_value=null_value).rows, sums)
+    extra, missing = Counter(got) - Counter(want), Counter(want) - Counter(got)
+    assert got == want, (f"{len(got)} rows written, {len(want)} expected; only in the output: {list(extra)[:5]}; "
+                         f"only in the oracle: {list(missing)[:5]}")
     return len(got)
 
 
@@ -253,49 +256,82 @@ u3,2026-01-01T00:03:00Z,0.5
 """
 
 
-def hand_oracle(text: str, window_ms: int) -> tuple[list[tuple[str, str, str, int, float | None]], int]:
-    """The windowed count of a small CSV worked out by hand, sharing no code with ``spark_jobs``: a row
-    with an empty or ``NA`` user, or an event time that is not ISO-8601, is rejected; ``NA`` amounts are
-    skipped in the sum. Returns the rows ``(key, window start, window end, count, sum)`` and the rejects."""
-    windows: dict[tuple[str, int], list[float | None]] = {}
-    rejects = 0
-    for row in csv.DictReader(io.StringIO(text)):
-        user, when, amount = row["user"], row["event_time"], row["amount"]
-        try:
-            ms = round(datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp() * 1000)
-        except ValueError:
-            ms = None
-        if user in ("", "NA") or ms is None:
-            rejects += 1
-            continue
-        windows.setdefault((user, ms - ms % window_ms), []).append(None if amount == "NA" else float(amount))
-
-    def iso(ms: int) -> str:
-        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-    rows = []
-    for (user, start), amounts in sorted(windows.items()):
-        given = [a for a in amounts if a is not None]
-        rows.append((user, iso(start), iso(start + window_ms), len(amounts), sum(given) if given else None))
-    return rows, rejects
+# SMALL_CSV's windows of 1m worked out by hand: three rejects (an empty and an NA user, "whenever").
+SMALL_WINDOWS = [
+    ("u1", "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z", 2, 3.5),
+    ("u1", "2026-01-01T00:01:00Z", "2026-01-01T00:02:00Z", 1, 4.25),
+    ("u2", "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z", 1, None),  # its one amount is NA
+    ("u2", "2026-01-01T00:02:00Z", "2026-01-01T00:03:00Z", 2, 3.25),
+    ("u3", "2026-01-01T00:03:00Z", "2026-01-01T00:04:00Z", 1, 0.5),
+]
 
 
-def test_the_pipeline_against_an_oracle_that_parses_the_input_itself(spark: SparkSession, bootstrap_servers: str,
-                                                                     tmp_path: Path) -> None:
-    """The other tests' oracle reads and rejects with ``spark_jobs``' own code, so a bug there would be in
-    both answers. Here the input is parsed with the csv module and windowed by hand (:func:`hand_oracle`),
-    and the output file is read back with the csv module too."""
+def test_the_pipeline_and_its_oracle_against_windows_worked_out_by_hand(spark: SparkSession, bootstrap_servers: str,
+                                                                        tmp_path: Path) -> None:
+    """The oracle itself, on a small CSV, equals the windows and rejects worked out by hand
+    (:data:`SMALL_WINDOWS`); the pipeline's output equals both."""
     src = tmp_path / "small.csv"
     src.write_text(SMALL_CSV)
     output = tmp_path / "out.csv"
-    summary = run_pipeline_in_session(spark, bootstrap_servers, input_path=str(src), key="user",
-                                      event_time="event_time", window="1m", sums=["amount"], output=str(output),
-                                      partitions=2, tasks=2, null_value="NA")
-    want, rejects = hand_oracle(SMALL_CSV, 60_000)
-    with output.open(newline="") as f:
-        got = sorted((r["key"], r["window_start"], r["window_end"], int(r["count"]),
-                      None if r["sum_amount"] == "" else float(r["sum_amount"])) for r in csv.DictReader(f))
-    assert [g[:4] for g in got] == [w[:4] for w in want]
-    assert [g[4] for g in got] == pytest.approx([w[4] for w in want])
-    assert len(want) == 5 and rejects == 3  # the input's own count, not the pipeline's
-    assert summary["ingest"]["rejects"] == rejects and summary["ingest"]["rows_in"] == 10
+    opts: dict[str, Any] = dict(input_path=str(src), key="user", event_time="event_time", window="1m",
+                                sums=["amount"], null_value="NA")
+    summary = run_pipeline_in_session(spark, bootstrap_servers, output=str(output), partitions=2, tasks=2, **opts)
+    oracle = windowed_counts(str(src), key="user", event_time="event_time", window_ms=60_000, sums=["amount"],
+                             null_value="NA")
+    assert normalized(oracle.rows, ["amount"]) == SMALL_WINDOWS and (oracle.rows_in, oracle.rejects) == (10, 3)
+    assert assert_matches_oracle(spark, str(output), **opts) == len(SMALL_WINDOWS)
+    assert summary["ingest"]["rejects"] == 3 and summary["ingest"]["rows_in"] == 10
+
+
+ODD_JSON_ROWS = [  # every event-time form of the docs, and the rejects, in one JSON lines file
+    '{"k": "a", "t": "2026-01-01T10:00:00+02:00", "v": 1}',
+    '{"k": "a", "t": "2026-01-01 08:00:30", "v": 2.5}',
+    '{"k": 7, "t": "1767225600000", "v": 3}',  # a number key among strings: its text
+    '{"k": true, "t": 1767225600000, "v": null}',  # a number time among strings: its text, digits
+    '{"k": "b", "t": " 2026-01-01T00:00:07.5Z ", "v": 4}',
+    '{"k": "b", "t": "-1000", "v": 5}',
+    '{"k": null, "t": "2026-01-01T00:00:00Z", "v": 1}',
+    '{"t": "2026-01-01T00:00:00Z", "v": 1}',
+    '{"k": "b", "t": "yesterday", "v": 1}',
+    '{"k": "b", "t": 1767225600000.5, "v": 1}',
+    '{"k": "b", "t": "2026-13-01T00:00:00Z", "v": 1}',
+    '{"k": "b", "t": "2026-01-01", "v": 1}',
+    '{oops',
+]
+
+
+def test_the_benchmarks_oracle_equals_the_tests_oracle(spark: SparkSession, tmp_path: Path) -> None:
+    """``spark_jobs.events.windowed_oracle`` (the benchmarks' reference: Spark's readers, the jobs' reject
+    rules, Spark's ``window()``) equals :func:`tests.oracles.windowed_counts` on CSV (mixed time forms,
+    integer and ISO columns that Spark types itself), JSON lines (odd forms and rejects) and Parquet
+    (timestamps with and without a zone, epoch ms): two readers and two rule sets that share no code."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "small.csv").write_text(SMALL_CSV)
+    (tmp_path / "typed.csv").write_text("id,ms,iso,amount\n007,1767225600000,2026-01-01T00:00:00Z,1\n"
+                                        "8,1767225659999,2026-01-01T00:01:00.250Z,2.5\n007,,2026-01-01T00:00:30Z,\n")
+    write_events(tmp_path / "events.jsonl", 2000, days=2, keys=30, seed=7)
+    with (tmp_path / "events.jsonl").open("a") as f:
+        f.write("\n".join(ODD_JSON_ROWS) + "\n")
+    us = [1_767_225_600_000_999, -1_500, None, 1_767_229_200_123_456]
+    pq.write_table(pa.table({
+        "user": ["a", "b", "a", None], "amount": [1.5, None, 2.0, 4.0], "n": [1, 2, 3, 4],
+        "ts": pa.array(us, pa.timestamp("us", tz="UTC")), "local": pa.array(us, pa.timestamp("us")),
+        "ms": pa.array([None if u is None else u // 1000 for u in us], pa.int64())}), tmp_path / "in.parquet")
+    cases: list[tuple[str, str, str, str, list[str], str | None]] = [
+        (str(SAMPLE), "user", "event_time", "1h", ["amount", "items"], "NA"),
+        (str(tmp_path / "small.csv"), "user", "event_time", "1m", ["amount"], "NA"),
+        (str(tmp_path / "typed.csv"), "id", "ms", "1m", ["amount"], None),
+        (str(tmp_path / "typed.csv"), "id", "iso", "1m", ["amount"], None),
+        (str(tmp_path / "events.jsonl"), "key", "ts", "1h", ["x", "y"], None),
+        (str(tmp_path / "events.jsonl"), "k", "t", "1m", ["v"], None),
+        *[(str(tmp_path / "in.parquet"), "user", t, "1h", ["amount", "n"], None) for t in ("ts", "local", "ms")],
+    ]
+    for path, key, event_time, window, sums, null_value in cases:
+        benchmarks = windowed_oracle(spark, path, key=key, event_time=event_time, window_ms=parse_duration(window),
+                                     sums=sums, null_value=null_value).collect()
+        ours = windowed_counts(path, key=key, event_time=event_time, window_ms=duration_ms(window), sums=sums,
+                               null_value=null_value)
+        assert ours.rows, (path, event_time)
+        assert normalized(benchmarks, sums) == normalized(ours.rows, sums), (path, event_time)

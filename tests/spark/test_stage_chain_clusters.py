@@ -2,9 +2,10 @@
 its checkpoints on cluster storage (HDFS, and S3 for the window stage), its Parquet output on HDFS. Each
 stage's ``controlmsg`` sink runs with ``stageProgress driver`` (the jobs choose it for a checkpoint that is
 not a local path): the driver program writes the stage's watermark and end of stream from the query's
-progress. ``kill -9`` of the ingest (checkpoint on HDFS) and of the window stage (checkpoint on S3) in the
-middle of their runs, then the same command again: the output equals the oracle, and the chain ends by
-itself."""
+progress. ``kill -9`` of the ingest (checkpoint on HDFS; rescaled from 4 write tasks, more than its cores, to 2),
+of the window stage (checkpoint on S3) and of the sink (HDFS) in the middle of their runs, each followed by the
+same command again: the output equals the oracle, every window once, and the chain ends by itself. This is the
+one run of the stage chain under kill -9 (the compose test runs it once more, in containers, without kills)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from controlmsg.clusters.hdfs import HdfsCluster
 from controlmsg.clusters.standalone import start_cluster, stop_cluster
 
 from .helpers import spark_conf_args
-from .test_stage_chain import Stages, check_chain
+from .stage_chain import Stages, check_chain
 from .test_streaming_pipeline import generated_source
 from .test_streaming_restarts import wait_for_records
 
@@ -60,6 +61,8 @@ def test_the_stage_chain_on_a_two_worker_cluster_with_hdfs_and_s3_checkpoints_af
         wait_for_records(kafka_config, stages.windows_topic, stages.run_id, 30, timeout=420)
         stages.kill9("stage_window")
         stages.start("stage_window")
+        stages.kill9("stage_sink")  # its checkpoint on HDFS, its output file too
+        stages.start("stage_sink")
         stages.wait(900)
         # Executors ran on both workers: three applications of two cores on two workers of three cores.
         assert all(list(Path(d).glob("app-*/*/stderr")) for d in cluster.worker_dirs), cluster.worker_dirs

@@ -1,8 +1,8 @@
 """The example streaming chain as three ordinary Structured Streaming queries (``spark_jobs.stages.ingest``,
-``stage_window``, ``stage_sink``), each its own Spark application, on a real broker: equal to the oracle
-with late data, more write tasks than cores, ``kill -9`` of each stage in the middle of its run and the
-same command again (the ingest with fewer tasks: rescaled between runs), every window once, and the
-chain ends by itself at the source's end.
+``stage_window``, ``stage_sink``), each its own Spark application: :class:`Stages` starts and kills them, and
+:func:`check_chain` holds their outputs against an oracle of its own. The test that runs them with ``kill -9``
+of each stage is ``test_stage_chain_clusters.py`` (a two-worker cluster, HDFS and S3 checkpoints); the compose
+test runs them once more, in containers.
 
 Each stage runs in its own process group; the kill takes the whole group (driver, JVM, Python workers).
 """
@@ -10,29 +10,22 @@ Each stage runs in its own process group; the kill takes the whole group (driver
 from __future__ import annotations
 
 import sys
-import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 from pyspark.sql import SparkSession
 
 from controlmsg.clusters.jobs import JobGroup
-from controlmsg.kafka import ControlReader, DataRecord
+from tests.oracles import duration_ms, event_time_ms, late_problems, multiset, read_run, watermark_problems
 
 from .jobs import kill9, wait_all_ok
-from .test_streaming_pipeline import generated_source
-from .test_streaming_restarts import wait_for_records
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
-
-EVENTS = 6000
 WINDOW_MS = 60_000
+ALLOWED_LATENESS = "10s"  # the ingest's: its watermark is the largest event time it has read minus this
 
 
 class Stages:
@@ -53,7 +46,7 @@ class Stages:
         common = ["--run-id", self.run_id, "--master", master, "--bootstrap-servers", servers]
         self.commands = {
             "stage_ingest": ["--source-topic", source, "--topic", self.events_topic, "--key", "user",
-                             "--event-time", "event_time", "--carry", "amount", "--allowed-lateness", "10s",
+                             "--event-time", "event_time", "--carry", "amount", "--allowed-lateness", ALLOWED_LATENESS,
                              "--partitions", "3", "--until-source-end", "--max-offsets-per-trigger", "400",
                              "--checkpoint", where["stage_ingest"]],
             "stage_window": ["--input-topic", self.events_topic, "--output-topic", self.windows_topic,
@@ -80,65 +73,43 @@ class Stages:
         self.jobs.close()
 
 
-def read_all(config: dict[str, Any], topic: str, run_id: str) -> list[dict[str, Any]]:
-    """Every user record of the run, to its end of stream."""
-    with ControlReader(config, topic, run_id=run_id, stop_at_end=True, topic_timeout=60) as reader:
-        records = []
-        deadline = time.monotonic() + 120
-        while not reader.tracker.is_ended:
-            assert time.monotonic() < deadline, f"{topic}: no end of stream"
-            records += [orjson.loads(i.payload) for i in reader.poll(0.2) if isinstance(i, DataRecord)]
-    return records
-
-
-def event_ms(iso: str) -> int:
-    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
-
-
-def test_three_queries_kill_9_each_rescale_and_the_oracle(spark: SparkSession, kafka_config: dict[str, Any],
-                                                         bootstrap_servers: str, new_topic: Callable[..., str],
-                                                         tmp_path: Path) -> None:
-    source = new_topic(6, prefix="raw")
-    path = generated_source(kafka_config, source, tmp_path, events=EVENTS, keys=40, disorder_ms=5000, seed=23,
-                            late_fraction=0.03, late_by_ms=600_000)
-    events = [orjson.loads(line) for line in path.read_bytes().splitlines() if line]
-    stages = Stages(bootstrap_servers, source, tmp_path)
-    try:
-        stages.start("stage_sink")
-        stages.start("stage_window")
-        stages.start("stage_ingest", "--tasks", "6")  # six write tasks on two cores
-        wait_for_records(kafka_config, stages.events_topic, stages.run_id, EVENTS // 4, timeout=300)
-        stages.kill9("stage_ingest")
-        stages.start("stage_ingest", "--tasks", "3")  # rescaled: the driver is the one upstream task
-        wait_for_records(kafka_config, stages.windows_topic, stages.run_id, 40, timeout=300)
-        stages.kill9("stage_window")
-        stages.start("stage_window")
-        stages.kill9("stage_sink")
-        stages.start("stage_sink")
-        stages.wait()
-    finally:
-        stages.close()
-
-    check_chain(spark, kafka_config, stages, events)
-
-
 def check_chain(spark: SparkSession, kafka_config: dict[str, Any], stages: Stages,
                 events: list[dict[str, Any]]) -> None:
-    """The chain's outputs against the oracle: every late record once on the late topic, every other record
-    in its window, every window once on the windows topic and in the Parquet output, and every stage ended."""
-    late = read_all(kafka_config, f"{stages.windows_topic}-late", stages.run_id)
-    assert late, "3% of the events are ten minutes late: some must meet the watermark"
-    assert all(v["event_ms"] < v["watermark"] for v in late)
-    inputs = Counter((e["user"], event_ms(e["event_time"]), e["amount"]) for e in events)
-    left = inputs - Counter((v["key"], v["event_ms"], v["amount"]) for v in late)
+    """The chain's outputs against an oracle of its own (``tests/oracles.py``: every topic read raw, the wire
+    format decoded and each partition's watermark followed there, no ``controlmsg`` code):
+
+    * the ingest wrote every source event once (event times parsed by the oracle), ended its stream on every
+      partition, and never published a watermark ahead of the events it had written
+      (:func:`~tests.oracles.watermark_problems`);
+    * the late records are those the window stage's input makes late, each once, each with a watermark
+      between its partition's watermark right before it and the highest that partition's watermark had
+      been (:func:`~tests.oracles.late_problems`; the one upstream task's watermark never goes back, so the
+      two are equal and the late set is exact, whatever the micro-batches);
+    * the windows are the input minus the late records: every window once, with its count and sum, on the
+      windows topic and in the Parquet output; every topic's run ended, and every stage's summary says so.
+    """
+    fields = ("key", "event_ms", "amount")
+    source = Counter((e["user"], event_time_ms(e["event_time"]), e["amount"]) for e in events)
+    assert all(ms is not None for _, ms, _ in source), "the generator writes ISO-8601 event times"
+    inputs = read_run(kafka_config, stages.events_topic, stages.run_id)
+    assert inputs.ended, "the ingest's end of stream on every partition of its topic"
+    assert multiset(inputs.data, fields) == source, "the ingest wrote every source event once"
+    assert watermark_problems(inputs.records, duration_ms(ALLOWED_LATENESS)) == []
+    late_run = read_run(kafka_config, f"{stages.windows_topic}-late", stages.run_id)
+    late = late_run.data
+    assert late_run.ended and late, "3% of the events are ten minutes late: some must meet the watermark"
+    assert late_problems([r for r in inputs.records if r.kind == "data"], late, fields) == []
+    left = source - multiset(late, fields)
     assert sum(left.values()) == len(events) - len(late), "each late record is one of the input's, once"
     want: dict[tuple[str, int], list[float]] = {}
     for (user, ms, amount), n in left.items():
+        assert ms is not None
         acc = want.setdefault((user, ms - ms % WINDOW_MS), [0, 0.0])
         acc[0] += n
         acc[1] += amount * n
-    results = read_all(kafka_config, stages.windows_topic, stages.run_id)
-    topic_windows = Counter((r["key"], r["window_start"]) for r in results)
+    windows = read_run(kafka_config, stages.windows_topic, stages.run_id)
+    assert windows.ended, "the window stage's end of stream on every partition of its topic"
+    topic_windows = Counter((r["key"], r["window_start"]) for r in windows.data)
     assert max(topic_windows.values()) == 1, "every window once on the windows topic"
     assert set(topic_windows) == set(want), "the window stage's results"
     rows = spark.read.parquet(stages.output).collect()
