@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from controlmsg.clusters.local_address import local_bootstrap_servers
 from controlmsg.clusters.processes import free_ports
 from controlmsg.kafka.settings import add_client_options, client_config_from_args, write_properties
 
@@ -63,7 +64,7 @@ def kafka_cluster(args: argparse.Namespace) -> Iterator[Cluster]:
     work = Path(tempfile.mkdtemp(prefix="controlmsg-bench-kafka-"))
     try:
         if _given(args):
-            config = client_config_from_args(args)
+            config = client_config_from_args(args, default_servers=local_bootstrap_servers)
             print(f"broker: {config['bootstrap.servers']} (given)", flush=True)
             yield Cluster(config, write_properties(config, work / "kafka.properties"))
             return

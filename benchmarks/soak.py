@@ -74,6 +74,7 @@ import orjson
 from common import add_cluster_options, load_average
 
 from controlmsg.clusters.jobs import Job, JobGroup
+from controlmsg.clusters.local_address import local_bootstrap_servers
 from controlmsg.clusters.processes import descendants, free_ports
 from controlmsg.core.messages import MAX_TIMESTAMP
 from controlmsg.kafka.admin import create_topic, end_offsets
@@ -703,7 +704,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     broker_dir = out / "broker"
     handle = None
     if _given(a):
-        config = dict(client_config_from_args(a))
+        config = dict(client_config_from_args(a, default_servers=local_bootstrap_servers))
     else:
         from controlmsg.clusters.broker import start_broker
 

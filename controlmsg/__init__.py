@@ -1,15 +1,16 @@
 """controlmsg: in-band watermarks and end of stream across Kafka intermediate topics.
 
-Layers, each importing only the ones before it:
+Layers, each importing only the ones before it (docs/DEVELOPMENT.md#layout):
 
-* :mod:`controlmsg.core`: messages, the envelope codec, per-partition bookkeeping. Pure, no I/O.
+* :mod:`controlmsg.core`: messages, the envelope codec, per-partition bookkeeping. Pure, no I/O. With
+  :mod:`controlmsg.errors` and :mod:`controlmsg.paths`.
 * :mod:`controlmsg.kafka`: the writer, the reader, topic admin, checkpoints, commit markers and client
   settings, on confluent-kafka.
 * :mod:`controlmsg.spark`: the ``controlmsg`` Spark data source (read, readStream, write, writeStream) and
   session helpers; imports pyspark only when used.
 * :mod:`controlmsg.streaming`: the long-running-task streaming runtime (the second engine, beside
   Structured Streaming): the ingest and window task bodies, long-running Spark tasks, graceful stop;
-  imports pyspark only when its runtime is used.
+  imports pyspark only when its runtime is used. Beside :mod:`controlmsg.spark`: neither imports the other.
 * :mod:`controlmsg.clusters`: tools for tests, demos and benchmarks (a local Kafka without Docker, a Spark
   standalone cluster); not on production paths.
 * :mod:`controlmsg.cli`: the ``controlmsg`` command.

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO
 import orjson
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
 
+from controlmsg.clusters.local_address import local_bootstrap_servers
 from controlmsg.core.bookkeeping import PartitionEnded, StreamEnded, WatermarkAdvanced
 from controlmsg.core.messages import MAX_TIMESTAMP
 from controlmsg.core.progress import expected_task_names, waiting_for
@@ -49,8 +50,9 @@ EXIT_INTERRUPTED = 130
 
 def _bootstrap(args: argparse.Namespace) -> dict[str, Any]:
     """The client settings of ``--bootstrap-servers``, ``-X`` and ``--kafka-config`` (see
-    :mod:`controlmsg.kafka.settings`)."""
-    return dict(client_config_from_args(args))
+    :mod:`controlmsg.kafka.settings`); without an address, the local broker's
+    (:func:`~controlmsg.clusters.local_address.local_bootstrap_servers`)."""
+    return dict(client_config_from_args(args, default_servers=local_bootstrap_servers))
 
 
 # ---------------------------------------------------------------------------------------------- broker
@@ -562,7 +564,8 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from controlmsg.demo import run_demo
 
-    config = client_config_from_args(args, start_local=True, local_port=args.port)
+    config = client_config_from_args(
+        args, default_servers=lambda: local_bootstrap_servers(start=True, port=args.port))
     run_demo(config, sys.stdout, tasks=args.tasks, partitions=args.partitions,
              events=args.events)
     return EXIT_OK

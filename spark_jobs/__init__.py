@@ -23,3 +23,12 @@ A job keeps its name wherever its module lives: ``ingest``, ``window_aggregate``
 That name is in its log lines, its summary, its log file and its Kafka transactional ids (so a run
 resumes across versions). Importing this package, or a chain's, imports nothing else.
 """
+
+__all__ = ["description"]
+
+
+def description(doc: str | None) -> str:
+    """A job's ``--help`` description: the first paragraph of its module's docstring ``doc``, whole, its
+    lines joined (argparse wraps it again). The first line alone cut some in mid-sentence."""
+    first = (doc or "").strip().split("\n\n", 1)[0]
+    return " ".join(first.split())

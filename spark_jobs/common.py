@@ -123,10 +123,12 @@ def spark_conf(args: argparse.Namespace) -> dict[str, str]:
 
 def kafka_config(args: argparse.Namespace) -> dict[str, str]:
     """The job's Kafka client settings: ``--bootstrap-servers``, ``-X``, ``--kafka-config``, resolved by
-    :func:`controlmsg.kafka.settings.client_config` (one rule for every command)."""
+    :func:`controlmsg.kafka.settings.client_config` (one rule for every command); without an address, the
+    local broker's (:func:`controlmsg.clusters.local_address.local_bootstrap_servers`)."""
+    from controlmsg.clusters.local_address import local_bootstrap_servers
     from controlmsg.kafka.settings import client_config_from_args
 
-    return client_config_from_args(args)
+    return client_config_from_args(args, default_servers=local_bootstrap_servers)
 
 
 def controlmsg_options(args: argparse.Namespace, config: dict[str, str], topic: str,

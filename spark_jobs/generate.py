@@ -26,6 +26,7 @@ import orjson
 from confluent_kafka import Producer
 
 from controlmsg.kafka.settings import for_client
+from spark_jobs import description
 
 __all__ = ["GeneratorConfig", "events", "generate", "main"]
 
@@ -109,12 +110,13 @@ def generate(config: dict[str, Any], topic: str, cfg: GeneratorConfig) -> dict[i
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from controlmsg.clusters.local_address import local_bootstrap_servers
     from controlmsg.errors import ControlMsgError
     from controlmsg.kafka.admin import add_topic_options, create_topic, partition_count, topic_settings_from_args
     from controlmsg.kafka.settings import STARTS_LOCAL_BROKER_HELP, add_client_options, client_config_from_args
     from spark_jobs.events import parse_duration
 
-    p = argparse.ArgumentParser(prog="python -m spark_jobs.generate", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.generate", description=description(__doc__))
     p.add_argument("--topic", required=True)
     add_client_options(p, bootstrap_help=STARTS_LOCAL_BROKER_HELP)
     p.add_argument("--partitions", type=int, default=4, help="create the topic with this many if missing")
@@ -131,7 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
     try:
-        config: dict[str, Any] = dict(client_config_from_args(args, start_local=True))  # as the pipeline does
+        config: dict[str, Any] = dict(client_config_from_args(  # as the pipeline does
+            args, default_servers=lambda: local_bootstrap_servers(start=True)))
         if partition_count(config, args.topic) is None:
             topics = topic_settings_from_args(args)
             create_topic(config, args.topic, args.partitions, replication_factor=topics.replication_factor,

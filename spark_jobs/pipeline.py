@@ -38,9 +38,11 @@ from typing import Any, Final
 import orjson
 
 from controlmsg.clusters.jobs import Job, JobGroup
+from controlmsg.clusters.local_address import local_bootstrap_servers
 from controlmsg.kafka.admin import add_topic_options, create_topic, topic_settings_from_args
 from controlmsg.kafka.settings import STARTS_LOCAL_BROKER_HELP, add_client_options, write_properties
 from controlmsg.streaming import exit_code, signal_name
+from spark_jobs import description
 from spark_jobs.checks import (
     duration_problems,
     input_problems,
@@ -119,7 +121,7 @@ class _OnlyIn(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m spark_jobs.pipeline", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m spark_jobs.pipeline", description=description(__doc__))
     sub = parser.add_subparsers(dest="pipeline", required=True)
     p = sub.add_parser("windowed-count", help="count (and sum) per key and tumbling event-time window")
     p.add_argument("--input", help="CSV, JSON lines or Parquet file (by extension); the bounded pipeline")
@@ -296,7 +298,7 @@ def run_windowed_count(args: argparse.Namespace) -> int:
         print("--start-order must name each of ingest, window, sink once", file=sys.stderr)
         return 2
     run_id = args.run_id or uuid.uuid4().hex[:10]
-    config = client_config_from_args(args, start_local=True)
+    config = client_config_from_args(args, default_servers=lambda: local_bootstrap_servers(start=True))
     run_dir = Path(args.run_dir or Path(".controlmsg") / "runs" / run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
     topics = topic_settings_from_args(args)

@@ -58,13 +58,13 @@ def start_server(directory: Path, *, master: str = "local[2]", conf: Mapping[str
                  timeout: float = 180.0) -> ConnectServer:
     """Start a Connect server on a free port, its log and working files in ``directory``; block until it
     accepts connections (about 10-20 s; a first start on a machine builds the class archive of
-    :mod:`controlmsg.clusters.class_archive`, about 35 s more).
+    :mod:`controlmsg.spark.class_archive`, about 35 s more).
 
     ``master``: the server's Spark master; ``conf``: more Spark settings (over the defaults: UTC, no UI,
     4 shuffle partitions). Raises :class:`ConnectServerError`, with the tail of the server's log, when the
     server exits or does not answer within ``timeout`` seconds; it is stopped then.
     """
-    from controlmsg.clusters.class_archive import driver_java_options
+    from controlmsg.spark.class_archive import driver_java_options
 
     directory.mkdir(parents=True, exist_ok=True)
     home = _spark_home()

@@ -60,7 +60,7 @@ DEBIAN_BASE: Final = "controlmsg/debian:bookworm"
 _TAG_DIGITS = 16
 _SPARK_CONTEXT: Final = ("docker/spark/requirements.txt", ".dockerignore", "controlmsg/__init__.py",
                          "controlmsg/errors.py", "controlmsg/paths.py", "controlmsg/core",
-                         "controlmsg/clusters/__init__.py", "controlmsg/clusters/class_archive.py")
+                         "controlmsg/spark/__init__.py", "controlmsg/spark/class_archive.py")
 """What the Spark image's build reads from the project (/.dockerignore sends the same): its dependencies and
 what building the class archive imports. The rest of the code is mounted when the containers run."""
 

@@ -27,10 +27,12 @@ shares: librdkafka's own log lines (``FAIL`` when a broker is unreachable, ...) 
 :data:`CLIENT_LOGGER` (``controlmsg.kafka.client``) instead of straight to stderr, so an application
 decides where they land. They are served by the client's ``poll``/``consume``/``flush`` calls.
 
-When no setting names ``bootstrap.servers``, they are, in this order: ``$KAFKA_BOOTSTRAP_SERVERS``, the
-local broker of :mod:`controlmsg.clusters.broker` if one is running, and, only where the caller asks for
-it (demos), that local broker started on the spot. The local broker is a test tool: it is imported only
-when nothing else gives an address.
+When no setting names ``bootstrap.servers``, they are, in this order: ``$KAFKA_BOOTSTRAP_SERVERS``, then
+what the caller's ``default_servers`` gives (:func:`resolve_bootstrap_servers`). The ``controlmsg`` command,
+the example jobs and the benchmarks pass the local broker's address
+(:func:`controlmsg.clusters.local_address.local_bootstrap_servers`: the local broker if one is running,
+and, only where the caller asks for it (demos), that local broker started on the spot). The local clusters
+are a layer above this one: this module never imports them, the caller hands the fallback in.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -54,6 +56,7 @@ __all__ = [
     "CONSUMER_ONLY",
     "GUARANTEES",
     "PRODUCER_ONLY",
+    "DefaultServers",
     "add_client_options",
     "check_guarantees",
     "check_settings",
@@ -68,6 +71,11 @@ __all__ = [
     "worker_logging",
     "write_properties",
 ]
+
+DefaultServers = Callable[[], str | None]
+"""The fallback a caller of :func:`resolve_bootstrap_servers` hands in: called with no argument, returns the
+bootstrap servers or ``None``, may raise :class:`~controlmsg.errors.BrokerError` that says why there are none
+(e.g. :func:`controlmsg.clusters.local_address.local_bootstrap_servers`)."""
 
 # The settings librdkafka defines for one kind of client only (its CONFIGURATION.md, column C/P), and the
 # Python client's own callbacks of one kind.
@@ -279,15 +287,14 @@ def client_config(
     bootstrap_servers: str | None = None,
     settings: Sequence[str] = (),
     config_file: str | Path | None = None,
-    start_local: bool = False,
-    local_port: int = 9092,
+    default_servers: DefaultServers | None = None,
     check: bool = True,
 ) -> dict[str, str]:
     """The client settings, by the precedence rule of this module: ``config_file`` < ``settings``
     (``-X key=value``) < ``bootstrap_servers``, then through :func:`normalise` (guarantees checked, Java names
-    translated); without any ``bootstrap.servers``, :func:`resolve_bootstrap_servers` finds one.
-    ``check``: let librdkafka judge them first (:func:`check_settings`). Raises :class:`ConfigError` or
-    :class:`BrokerError`."""
+    translated); without any ``bootstrap.servers``, :func:`resolve_bootstrap_servers` finds one (the
+    environment, then ``default_servers``). ``check``: let librdkafka judge them first
+    (:func:`check_settings`). Raises :class:`ConfigError` or :class:`BrokerError`."""
     config: dict[str, str] = {}
     origin: dict[str, str] = {}
     if config_file is not None:
@@ -299,8 +306,7 @@ def client_config(
     origin.update(dict.fromkeys(extra, "-X"))
     config, origin = normalise(config, origin)
     if bootstrap_servers or not config.get("bootstrap.servers"):
-        config["bootstrap.servers"] = resolve_bootstrap_servers(bootstrap_servers, start_local=start_local,
-                                                                local_port=local_port)
+        config["bootstrap.servers"] = resolve_bootstrap_servers(bootstrap_servers, default_servers=default_servers)
     if check:
         check_settings(config, origin)
     return config
@@ -308,11 +314,15 @@ def client_config(
 
 STARTS_LOCAL_BROKER_HELP: Final = ("the Kafka cluster (default: bootstrap.servers of -X or --kafka-config, else "
                                    "$KAFKA_BOOTSTRAP_SERVERS, else the local broker, started if needed)")
-"""``--bootstrap-servers`` help of a command that resolves with ``start_local=True``."""
+"""``--bootstrap-servers`` help of a command whose ``default_servers`` starts the local broker when none runs
+(:func:`controlmsg.clusters.local_address.local_bootstrap_servers` with ``start=True``)."""
 
 
 def add_client_options(parser: argparse.ArgumentParser, *, bootstrap_help: str | None = None) -> None:
-    """Add ``--bootstrap-servers``, ``-X key=value`` and ``--kafka-config PATH`` to ``parser``."""
+    """Add ``--bootstrap-servers``, ``-X key=value`` and ``--kafka-config PATH`` to ``parser``. The default
+    help of ``--bootstrap-servers`` names the local broker: the fallback of a command that resolves with
+    ``default_servers=``:func:`~controlmsg.clusters.local_address.local_bootstrap_servers` (every command of
+    this project does); give ``bootstrap_help`` otherwise."""
     parser.add_argument("--bootstrap-servers", metavar="HOST:PORT",
                         help=bootstrap_help or "the Kafka cluster (default: bootstrap.servers of -X or --kafka-config, "
                                                "else $KAFKA_BOOTSTRAP_SERVERS, else the local broker)")
@@ -323,53 +333,40 @@ def add_client_options(parser: argparse.ArgumentParser, *, bootstrap_help: str |
                              "the Java client's names too, e.g. sasl.jaas.config); -X settings override it")
 
 
-def client_config_from_args(args: argparse.Namespace, *, start_local: bool = False,
-                            local_port: int = 9092) -> dict[str, str]:
-    """:func:`client_config` from the options :func:`add_client_options` added."""
+def client_config_from_args(args: argparse.Namespace, *,
+                            default_servers: DefaultServers | None = None) -> dict[str, str]:
+    """:func:`client_config` from the options :func:`add_client_options` added (``default_servers``: see
+    :func:`resolve_bootstrap_servers`)."""
     return client_config(bootstrap_servers=args.bootstrap_servers, settings=args.kafka_settings,
-                         config_file=args.kafka_config, start_local=start_local, local_port=local_port)
+                         config_file=args.kafka_config, default_servers=default_servers)
 
 _ENV: Final = "KAFKA_BOOTSTRAP_SERVERS"
 
 
-def resolve_bootstrap_servers(given: str | None = None, *, start_local: bool = False, local_port: int = 9092) -> str:
+def resolve_bootstrap_servers(given: str | None = None, *, default_servers: DefaultServers | None = None) -> str:
     """Return the Kafka bootstrap servers (``host:port[,...]``) to use.
 
-    ``given`` if it is not empty, else ``$KAFKA_BOOTSTRAP_SERVERS`` if set and not empty, else the address
-    of the local broker running from :func:`controlmsg.clusters.broker.default_data_dir`. With
-    ``start_local``, when none is running, that broker is started on ``127.0.0.1:local_port`` (a one-line
-    note goes to stderr first); it keeps running after the caller exits.
+    ``given`` if it is not empty, else ``$KAFKA_BOOTSTRAP_SERVERS`` if set and not empty, else what
+    ``default_servers()`` returns (the caller's fallback, asked only then; ``None`` or an empty string: it
+    has none). The ``controlmsg`` command, the jobs and the benchmarks pass
+    :func:`controlmsg.clusters.local_address.local_bootstrap_servers`: the local broker started by
+    ``controlmsg broker start`` (or started on the spot, where they bind ``start=True``).
 
-    Blocks: only to start the local broker (``start_local``): until it serves, a few seconds; the first
-    time also while Kafka's jars are fetched (see :mod:`controlmsg.clusters.kafka_jars`). Otherwise it reads a
-    few small files at most.
+    Blocks: only in ``default_servers`` (the local broker's fallback reads a few small files, or waits
+    until the broker it starts serves).
 
     Raises:
-        BrokerError: nothing given, the variable is unset and no local broker runs (without
-            ``start_local``; the message says how to start one or set the variable), or the local broker
-            could not start (see :func:`controlmsg.clusters.broker.start_broker`).
+        BrokerError: nothing given, the variable is unset and ``default_servers`` is ``None`` or gives
+            nothing (the message says to pass an address or set the variable); or what ``default_servers``
+            raised (the local broker's fallback: none runs, and how to start one).
     """
     if given is not None and given.strip():
         return given.strip()
     env = os.environ.get(_ENV, "").strip()
     if env:
         return env
-    from controlmsg.clusters import broker, kraft_cluster
-
-    running = broker.broker_status()
-    if running is not None:
-        return running.bootstrap_servers
-    cluster = kraft_cluster.cluster_status()
-    if cluster is not None:
-        up = [n.address for n in cluster.nodes if n.pid is not None]
-        if up:
-            return ",".join(up)
-    if not start_local:
-        raise BrokerError(
-            f"no Kafka broker configured: no --bootstrap-servers, {_ENV} is not set and no local broker is "
-            f"running from {broker.default_data_dir()}; run `controlmsg broker start` or set "
-            f"{_ENV}=host:port"
-        )
-    print(f"{_ENV} is not set: starting the local Kafka broker on 127.0.0.1:{local_port} (the first time, "
-          f"Kafka {broker.KAFKA_VERSION}'s jars are fetched); stop it with: controlmsg broker stop", file=sys.stderr)
-    return broker.start_broker(port=local_port).bootstrap_servers
+    fallback = default_servers() if default_servers is not None else None
+    if fallback is not None and fallback.strip():
+        return fallback.strip()
+    raise BrokerError(f"no Kafka broker configured: no --bootstrap-servers and {_ENV} is not set; pass "
+                      f"--bootstrap-servers (or bootstrap.servers in -X or --kafka-config) or set {_ENV}=host:port")

@@ -39,9 +39,9 @@ import pyarrow as pa
 
 from controlmsg.errors import Location
 from controlmsg.kafka.deadletter import DeadLetters, check_dead_letter_topic
+from controlmsg.kafka.periodic_log import Progress
 from controlmsg.spark.batches import Built
 from controlmsg.spark.options import ReadOptions
-from controlmsg.spark.progress import Progress
 
 __all__ = ["SetAside", "check_dead_letters"]
 

@@ -20,13 +20,13 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from controlmsg.errors import ReadError
+from controlmsg.kafka.periodic_log import Progress
 from controlmsg.kafka.reader import DataColumns
 from controlmsg.kafka.refusals import check_client, mark_reached
 from controlmsg.kafka.settings import for_client, worker_logging
 from controlmsg.spark.bad_records import SetAside
 from controlmsg.spark.batches import Builder, Mark
 from controlmsg.spark.options import ReadOptions
-from controlmsg.spark.progress import Progress
 
 __all__ = ["POLL_S", "RangeRecords", "consumer_conf", "read_ranges"]
 

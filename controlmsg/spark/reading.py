@@ -47,6 +47,7 @@ from controlmsg.core.codec import decode
 from controlmsg.core.progress import expected_task_names, waiting_for
 from controlmsg.errors import ControlMsgError, Location, ProtocolError, ReadError
 from controlmsg.kafka.admin import LatestOffsets, offset_spans, wait_for_topic, watermark_offsets
+from controlmsg.kafka.periodic_log import Progress
 from controlmsg.kafka.reader import ControlReader, DataColumns, same_run
 from controlmsg.kafka.refusals import check_client, mark_reached
 from controlmsg.kafka.retry import ConsumerErrors
@@ -58,7 +59,6 @@ from controlmsg.spark.consuming import POLL_S, consumer_conf, read_ranges
 from controlmsg.spark.options import ReadOptions
 from controlmsg.spark.phases import log_phase, task_batch_id
 from controlmsg.spark.planning import StreamRange, TopicPartitions, stream_groups, task_groups
-from controlmsg.spark.progress import Progress
 from controlmsg.spark.query_log import END_OF_TIME_MS, WATERMARK_ROWS_KEY
 from controlmsg.spark.source_progress import REPORT_TIMEOUT_S, lag_report, upstream_metrics
 

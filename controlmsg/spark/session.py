@@ -17,7 +17,7 @@ from typing import Any, Final
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from controlmsg.clusters.class_archive import driver_java_options
+from controlmsg.spark.class_archive import driver_java_options
 
 __all__ = ["STREAM_RUNNER_KEYS", "register", "settle_shared_environment", "spark_session"]
 
@@ -111,7 +111,7 @@ def spark_session(
     starts (seconds).
 
     ``class_archive``: a new driver JVM starts from the machine's class-data archive
-    (:mod:`controlmsg.clusters.class_archive`: about half the start-up CPU), built by the first session on
+    (:mod:`controlmsg.spark.class_archive`: about half the start-up CPU), built by the first session on
     the machine that has none (about 35 s, once). Off: ``False`` or ``CONTROLMSG_CLASS_ARCHIVE=off``.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

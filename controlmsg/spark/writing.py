@@ -95,6 +95,7 @@ from controlmsg.errors import ControlMsgError
 from controlmsg.kafka.admin import create_topic, partition_count
 from controlmsg.kafka.background import run_later
 from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
+from controlmsg.kafka.periodic_log import Progress
 from controlmsg.kafka.refusals import mark_reached
 from controlmsg.kafka.settings import worker_logging
 from controlmsg.kafka.writer import RESERVED_HEADER_PREFIX, ControlWriter, fence_transactions
@@ -102,7 +103,6 @@ from controlmsg.spark.arrow_json import flat_json_envelopes
 from controlmsg.spark.chunks import Chunks
 from controlmsg.spark.options import STAGE_PROGRESS_DRIVER, STAGE_PROGRESS_OFFSET_LOG, WriteOptions
 from controlmsg.spark.phases import log_phase
-from controlmsg.spark.progress import Progress
 from controlmsg.spark.query_log import (
     END_OF_TIME_MS,
     check_offset_log_follows,

@@ -50,10 +50,10 @@ from controlmsg.core.naming import task_name, transactional_id
 from controlmsg.core.progress import format_duration, format_timestamp
 from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import CheckpointError, ReadError
+from controlmsg.kafka.periodic_log import Progress
 from controlmsg.kafka.retry import ConsumerErrors, retrying
 from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import ControlWriter
-from controlmsg.spark.progress import Progress
 
 __all__ = ["IngestSummary", "committed_source_state", "parse_event_time", "plan_generation", "run_ingest_task",
            "source_group"]

@@ -44,11 +44,11 @@ from controlmsg.core.naming import task_name, transactional_id
 from controlmsg.errors import CheckpointError, DecodeError, ReadError
 from controlmsg.kafka.admin import wait_for_topic, watermark_offsets
 from controlmsg.kafka.checkpoint import Checkpoint
+from controlmsg.kafka.periodic_log import Progress
 from controlmsg.kafka.reader import ControlReader, DataRecord
 from controlmsg.kafka.retry import ConsumerErrors
 from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import ControlWriter
-from controlmsg.spark.progress import Progress
 from controlmsg.streaming.window_state import STATE_FORMAT, TaskStateLog, commit_records, header_key, window_prefix
 from controlmsg.streaming.windows import LateRecord, TumblingWindows, WindowResult
 

@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from controlmsg.spark import run_status
+from spark_jobs import description
 from spark_jobs.checks import input_problems, output_problems, positive_problems, sum_problems, typed_sums
 from spark_jobs.common import add_common_options, add_data_headers_option, controlmsg_options, job_logger, run_job
 from spark_jobs.events import EVENT_MS, read_table, split_rejects_observed, top_column, write_table
@@ -30,7 +31,7 @@ __all__ = ["build_parser", "check_arguments", "main", "run"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spark_jobs.batch.ingest", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.batch.ingest", description=description(__doc__))
     p.add_argument("--input", required=True, help="CSV, JSON lines or Parquet file (by extension)")
     p.add_argument("--key", required=True, help="the key column")
     p.add_argument("--event-time", required=True, help="the event-time column")

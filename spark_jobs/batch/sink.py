@@ -16,6 +16,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs import description
 from spark_jobs.checks import output_problems, sum_problems, typed_sums
 from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
 from spark_jobs.events import iso_utc, read_parsed, top_column, write_table
@@ -24,7 +25,7 @@ __all__ = ["build_parser", "check_arguments", "main", "read_results", "run"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spark_jobs.batch.sink", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.batch.sink", description=description(__doc__))
     p.add_argument("--input-topic", required=True)
     p.add_argument("--output", required=True, help="CSV, JSON lines or Parquet file (by extension)")
     p.add_argument("--sum", action="append", default=[], metavar="COL[:TYPE]",

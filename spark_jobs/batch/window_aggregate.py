@@ -23,6 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from controlmsg.spark import run_status
+from spark_jobs import description
 from spark_jobs.checks import duration_problems, positive_problems, sum_problems, typed_sums
 from spark_jobs.common import add_common_options, add_data_headers_option, controlmsg_options, job_logger, run_job
 from spark_jobs.events import parse_duration, read_parsed, top_column
@@ -49,7 +50,7 @@ def aggregate_windows(records: DataFrame, window_ms: int, sums: Sequence[str]) -
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spark_jobs.batch.window_aggregate", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.batch.window_aggregate", description=description(__doc__))
     p.add_argument("--input-topic", required=True)
     p.add_argument("--output-topic", required=True)
     p.add_argument("--window", required=True, help="tumbling window length, e.g. 15m, 1h, 1d")

@@ -18,6 +18,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from spark_jobs import description
 from spark_jobs.checks import duration_problems, positive_problems
 from spark_jobs.common import (
     STREAMING_TASK_ATTEMPTS,
@@ -32,7 +33,7 @@ __all__ = ["build_parser", "check_arguments", "main", "run"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spark_jobs.runtime.ingest", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.runtime.ingest", description=description(__doc__))
     p.add_argument("--source-topic", required=True, help="raw events, one JSON object per record")
     p.add_argument("--topic", required=True, help="the intermediate topic to write")
     p.add_argument("--key", required=True)

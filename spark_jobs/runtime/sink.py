@@ -35,9 +35,10 @@ from controlmsg.core.bookkeeping import StreamEnded
 from controlmsg.core.codec import decode_json_payload
 from controlmsg.errors import CheckpointError, ControlMsgError
 from controlmsg.kafka.checkpoint import FileCheckpointStore
+from controlmsg.kafka.periodic_log import Progress
 from controlmsg.kafka.reader import ControlReader, DataRecord
 from controlmsg.kafka.settings import add_client_options
-from controlmsg.spark.progress import Progress
+from spark_jobs import description
 
 __all__ = ["build_parser", "checkpoint_path", "iso_ms", "main", "run_stream_sink"]
 
@@ -180,7 +181,7 @@ def _save(file: Any, store: FileCheckpointStore, reader: ControlReader, run_id: 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spark_jobs.runtime.sink", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.runtime.sink", description=description(__doc__))
     p.add_argument("--input-topic", required=True)
     p.add_argument("--output", required=True, help="a .csv or .jsonl file, appended as windows close")
     p.add_argument("--sum", action="append", default=[], help="a summed column, for the column order")

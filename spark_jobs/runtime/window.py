@@ -23,6 +23,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from spark_jobs import description
 from spark_jobs.checks import duration_problems, positive_problems
 from spark_jobs.common import (
     STREAMING_TASK_ATTEMPTS,
@@ -37,7 +38,7 @@ __all__ = ["build_parser", "check_arguments", "main", "run"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spark_jobs.runtime.window", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.runtime.window", description=description(__doc__))
     p.add_argument("--input-topic", required=True)
     p.add_argument("--output-topic", required=True)
     p.add_argument("--window", required=True, help="tumbling window length, e.g. 15m")

@@ -24,6 +24,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs import description
 from spark_jobs.checks import duration_problems, positive_problems
 from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
 from spark_jobs.stages.common import (
@@ -43,7 +44,7 @@ __all__ = ["build_parser", "ingest_query", "main", "run"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spark_jobs.stages.ingest", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.stages.ingest", description=description(__doc__))
     p.add_argument("--source-topic", required=True, help="raw events, one JSON object per record")
     p.add_argument("--topic", required=True, help="the intermediate topic to write")
     p.add_argument("--key", required=True)

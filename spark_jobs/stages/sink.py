@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs import description
 from spark_jobs.checks import sum_problems
 from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
 from spark_jobs.stages.common import add_stage_options, run_queries, stage_summary, sum_fields
@@ -26,7 +27,7 @@ __all__ = ["build_parser", "main", "run", "sink_query"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m spark_jobs.stages.sink", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m spark_jobs.stages.sink", description=description(__doc__))
     p.add_argument("--input-topic", required=True, help="the window results")
     p.add_argument("--output", required=True, help="a Parquet directory")
     p.add_argument("--sum", action="append", default=[], metavar="COL[:TYPE]",

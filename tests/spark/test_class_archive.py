@@ -1,4 +1,4 @@
-"""The JVM class-data archive of Spark drivers (controlmsg.clusters.class_archive), with real JVMs."""
+"""The JVM class-data archive of Spark drivers (controlmsg.spark.class_archive), with real JVMs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from controlmsg.clusters.class_archive import (
+from controlmsg.paths import CACHE_ENV
+from controlmsg.spark.class_archive import (
     ENV,
     KEEP,
     _keep_last_used,
@@ -20,7 +21,6 @@ from controlmsg.clusters.class_archive import (
     build_archive,
     driver_java_options,
 )
-from controlmsg.paths import CACHE_ENV
 
 
 def test_the_test_session_driver_runs_with_the_archive(spark: SparkSession) -> None:

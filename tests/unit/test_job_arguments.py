@@ -105,3 +105,21 @@ def test_a_failure_inside_spark_comes_down_to_its_cause() -> None:
     assert cause == "ReadError: topic 't' partition 0 offset 7: the value is not JSON; to read past such"
     assert "set aside the record" in todo
     assert failure_lines(KeyError("x")) == ("KeyError: 'x'", "see the full trace")
+
+
+@pytest.mark.parametrize("module", ["pipeline", "generate", "batch.ingest", "batch.window_aggregate", "batch.sink",
+                                    "runtime.ingest", "runtime.window", "runtime.sink", "stages.ingest",
+                                    "stages.window", "stages.sink"])
+def test_the_help_describes_the_job_in_whole_sentences(module: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--help`` shows the docstring's first paragraph whole (its first line alone stopped mid-sentence)."""
+    import importlib
+
+    from spark_jobs import description
+
+    job = importlib.import_module(f"spark_jobs.{module}")
+    with pytest.raises(SystemExit) as exited:
+        job.main(["--help"])
+    assert exited.value.code == 0
+    want = description(job.__doc__)
+    assert want.endswith(".") and "\n" not in want, want
+    assert want in " ".join(capsys.readouterr().out.split())

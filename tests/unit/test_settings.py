@@ -1,5 +1,6 @@
 """Where the Kafka cluster is (controlmsg.kafka.settings): the given address, then the environment, then
-the local broker; a clear error when there is none. No broker is started here."""
+the caller's fallback (the local broker's, controlmsg.clusters.local_address); a clear error when there is
+none. No broker is started here."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Literal
 
 import pytest
 
+from controlmsg.clusters.local_address import local_bootstrap_servers
 from controlmsg.errors import BrokerError, ConfigError
 from controlmsg.kafka import resolve_bootstrap_servers
 
@@ -27,7 +29,14 @@ def no_local_broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_the_given_address_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "env:9092")
     assert resolve_bootstrap_servers("given:9092") == "given:9092"
-    assert resolve_bootstrap_servers(" given:9092 ", start_local=True) == "given:9092"
+    asked: list[str] = []
+
+    def fallback() -> str:
+        asked.append("asked")
+        return "fallback:1"
+
+    assert resolve_bootstrap_servers(" given:9092 ", default_servers=fallback) == "given:9092"
+    assert not asked  # the fallback is asked only when nothing else gives an address
 
 
 @pytest.mark.parametrize("given", [None, "", "  "])
@@ -36,14 +45,58 @@ def test_then_the_environment(monkeypatch: pytest.MonkeyPatch, given: str | None
     assert resolve_bootstrap_servers(given) == "a:1,b:2"
 
 
+def test_then_the_callers_fallback(no_local_broker: Path) -> None:
+    assert resolve_bootstrap_servers(None, default_servers=lambda: " local:9092 ") == "local:9092"
+    with pytest.raises(BrokerError, match="KAFKA_BOOTSTRAP_SERVERS"):  # a fallback that has none
+        resolve_bootstrap_servers(None, default_servers=lambda: None)
+
+
 def test_no_broker_says_how_to_get_one(no_local_broker: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "   ")  # blank counts as unset
     with pytest.raises(BrokerError) as info:
-        resolve_bootstrap_servers()
+        resolve_bootstrap_servers(default_servers=local_bootstrap_servers)
     message = str(info.value)
     assert "controlmsg broker start" in message
     assert "KAFKA_BOOTSTRAP_SERVERS" in message
     assert str(no_local_broker) in message
+    with pytest.raises(BrokerError) as info:  # without a fallback: the Kafka layer knows no local broker
+        resolve_bootstrap_servers()
+    assert "KAFKA_BOOTSTRAP_SERVERS" in str(info.value)
+    assert "controlmsg broker start" not in str(info.value)
+
+
+def test_the_command_and_the_jobs_fall_back_on_the_local_broker(no_local_broker: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Kafka layer knows no local broker: the command and the jobs hand theirs in (no broker runs here:
+    its address is faked, and so is a start)."""
+    import argparse
+
+    from controlmsg import cli
+    from controlmsg.clusters import broker, local_address
+    from spark_jobs.common import kafka_config
+
+    args = argparse.Namespace(bootstrap_servers=None, kafka_settings=[], kafka_config=None)
+    with pytest.raises(BrokerError, match="controlmsg broker start"):
+        cli._bootstrap(args)
+    with pytest.raises(BrokerError, match="controlmsg broker start"):
+        kafka_config(args)
+    monkeypatch.setattr(local_address, "running_bootstrap_servers", lambda: "127.0.0.1:19092")
+    assert cli._bootstrap(args)["bootstrap.servers"] == "127.0.0.1:19092"
+    assert kafka_config(args)["bootstrap.servers"] == "127.0.0.1:19092"
+
+    class Started:
+        bootstrap_servers = "127.0.0.1:29092"
+
+    ports: list[int] = []
+
+    def start_broker(port: int) -> Started:
+        ports.append(port)
+        return Started()
+
+    monkeypatch.setattr(local_address, "running_bootstrap_servers", lambda: None)
+    monkeypatch.setattr(broker, "start_broker", start_broker)
+    assert local_bootstrap_servers(start=True, port=29092) == "127.0.0.1:29092"
+    assert ports == [29092]
 
 
 # ------------------------------------------------------------------------------ client settings
@@ -75,6 +128,8 @@ def test_precedence_file_then_x_then_flag(tmp_path: Path, monkeypatch: pytest.Mo
     flagged = client_config(config_file=path, settings=["bootstrap.servers=x:9092"], bootstrap_servers="flag:1")
     assert flagged["bootstrap.servers"] == "flag:1"
     assert client_config(settings=["client.id=c"])["bootstrap.servers"] == "env:9092"  # none given: the environment
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS")  # nor the environment: the caller's fallback
+    assert client_config(settings=["client.id=c"], default_servers=lambda: "local:1")["bootstrap.servers"] == "local:1"
 
 
 def test_unknown_or_refused_settings_are_named(tmp_path: Path) -> None:

@@ -1,9 +1,11 @@
-"""Progress lines from inside Spark tasks (readers, writers), at a steady interval.
+"""Log lines from inside tasks at a steady interval: the progress a reader, a writer or a long-running task
+reports, for both engines (the Spark data source and the streaming runtime) and the jobs.
 
 A task (or a job's loop) logs ``HH:MM:SS <who>: <what>`` to stderr at most every :data:`INTERVAL_S`
-seconds; a consumer of an intermediate topic says what its upstream did (:meth:`Progress.upstream`). In local mode
-a worker's stderr is its job's, so the lines land in the job's log (and the pipeline echoes them); on a
-cluster they are in the executor's stderr log.
+seconds; a consumer of an intermediate topic says what its upstream did (:meth:`Progress.upstream`, in the
+words of :func:`controlmsg.core.progress.progress_line`, which is pure: this module adds the clocks and the
+writing). In local mode a worker's stderr is its job's, so the lines land in the job's log (and the
+pipeline echoes them); on a cluster they are in the executor's stderr log.
 """
 
 from __future__ import annotations
