@@ -5,80 +5,18 @@ result latency and records/s through two hops.
         [--rate 2000] [--live-seconds 40] [--prefill-events 300000] [--window 1s] [--interval 200ms]
         [--allowed-lateness 500ms] [--disorder 500ms] [--master local[2]]
 
-The engines (each two Spark applications, each its own process group, started by this script and killed
-when its phase ends: ``controlmsg.clusters.jobs.JobGroup``):
-
-* **runtime**: the project's long-running-task runtime, ``python -m spark_jobs.runtime.ingest`` (``--tasks``
-  tasks, watermark and commit interval ``--interval``) and ``python -m spark_jobs.runtime.window``, exactly
-  as ``bench_streaming.py`` runs them (its ``Chain``).
-* **stages**: three ordinary Structured Streaming queries on the project's public API
-  (``readStream.format("controlmsg")``, ``controlmsg.spark.with_watermark``, ``writeStream.format(
-  "controlmsg")``): ``python -m spark_jobs.stages.ingest`` (trigger ``--interval``) and ``python -m
-  spark_jobs.stages.window``. Unavailable (said so, and skipped) when this checkout has no such modules.
-* **connector**: the same chain written with Spark's own Kafka connector, as a user writes it
-  (``connector_jobs.py stream-ingest`` and ``stream-window``: ``readStream.format("kafka")``, ``from_json``,
-  ``withWatermark`` by the allowed lateness, ``groupBy(window, key)`` in append mode, ``writeStream.format(
-  "kafka")``, trigger ``--interval``; plain JSON records, no transactions). Needs the connector at the
-  installed Spark version, resolved once at the start (``connector_jobs.py jars``); where it cannot be
-  had (Spark releases without a published connector, e.g. 4.3.0) the engine is reported unavailable with
-  the reason and the others still run.
-
-All three use the same record shapes: events ``{"key", "event_ms", "amount"}`` and window results ``{"key",
-"window_start", "window_end", "count", "sum_amount"}`` (epoch ms), in controlmsg envelopes for runtime and
-stages, plain JSON for the connector; the observers read both. Every phase of every engine gets fresh
-topics and a fresh run id; the topics whose name holds the run id are deleted at the end unless
-``--keep-topics``. Uses $KAFKA_BOOTSTRAP_SERVERS or the cluster options, else a broker started for the run.
-The applications' logs stay in a temporary directory, printed at the start.
-
-**Latency (live).** Fresh topics; two observers start (``bench_streaming.Observer``, ``read_committed``,
-all partitions; a ``common.PlainReader`` for the connector), then the chain, unbounded; once it takes
-input (runtime: every ingest task has committed and stream_window launched its tasks; stages: both
-applications logged ``query started``; connector: both ran their first micro-batch), ``python -m
-spark_jobs.generate`` writes, once ``--warm-events`` events of two minutes back have gone through and
-given a result (Python workers started, code generated, first micro-batches run), for ``--live-seconds``
-at ``--rate`` events/s with event time = the wall clock (its clock starts at ``--start`` = now), events out
-of order by up to ``--disorder``. For each window end E the reference moment ref(E) is when the generator
-*wrote* its first event whose event clock is at or past E (the records' CreateTime, read back from the
-source topic after the run: so neither the generator's start-up nor its falling behind counts against an
-engine). Then, in wall-clock seconds:
-
-* first(E) = the first result with window end E visible on the windows topic - ref(E);
-* last(E) = the last of them - ref(E), where "all of them" is the set of (key, E) the generated events
-  fill (recomputed from the generator's configuration, ``spark_jobs.generate.events``);
-* t0 latency (runtime and stages, whose events topic carries controlmsg watermarks): the first result -
-  the moment the events topic's reconciled watermark reached E, as ``bench_streaming.py`` reports it.
-
-Medians and p90 over the windows whose ref(E) is past ``--warmup`` seconds of generation and that the data
-closes (E <= the largest event time - allowed lateness - disorder); a window with no result, or with an
-expected result missing, when the phase ends counts as infinitely late in first(E), resp. last(E) (the
-output says how many there were; a result can be missing for good when the engine dropped its records as
-late: the connector's window job logs how many rows Spark's watermark dropped, the runtime's summary says
-how many went to its late topic). The floor every engine shares is the
-allowed lateness: each engine's watermark is the largest event time read minus it (per source partition,
-then the minimum, for runtime and stages; global for Spark's), and at this rate a partition's largest event
-time follows the generator's clock within milliseconds, so E's windows can close ``lateness`` after ref(E)
-at the earliest. The disorder says how late an event of E may arrive; with lateness >= disorder no event is
-late and it adds nothing to the floor. After the generator exits the script waits until every expected
-result of the closed windows is there, or ``--grace`` seconds, then stops the applications.
-
-**Throughput (bounded).** ``--prefill-events`` events go to a fresh source topic first (not timed; event
-time spaced ``--rate`` events per second, so windows hold as many records as in the live phase), then the
-chain starts (the window application first, the ingest application once the window one runs; runtime and
-stages with ``--until-source-end``). Records/s through two hops = events / (from the first committed record
-the events observer sees to the moment the windows topic holds every window result the data closes: every
-(key, E) with E <= largest event time - allowed lateness - disorder, recomputed from the generator's
-configuration). Runtime and stages also end by themselves: the same from the first event record to the
-windows topic's end of stream (every window closed; records/s over the same events). The connector's chain
-never ends by itself (an unbounded Kafka source, and its last windows never close: no event time passes
-them), so it is stopped once the closed set is there, or, when some of it never comes (Spark's watermark
-dropped their records as late), once its window query has logged a micro-batch after the one in which it had
-read every event; then the time to the last expected result that came is printed instead. The counts of
-the closed windows are checked against the recomputed ones, and the records the window application found
-late are printed (runtime and stages: the data records of ``<windows>-late``; the connector: the rows
-Spark's watermark dropped, from its window job's log).
-
-The table at the end has each figure per engine and its ratio to the runtime's, and the load average at
-the start and the end. At the defaults the three engines took about 12 minutes on 2 cores (a busy machine).
+The engines, each two Spark applications run as jobs of this script (:class:`common.Chain`): **runtime**
+(``spark_jobs.runtime.ingest`` and ``window``), **stages** (``spark_jobs.stages.ingest`` and ``window``:
+Structured Streaming on ``format("controlmsg")``), **baseline** (another checkout's stages, ``--baseline``)
+and **connector** (``connector_jobs.py stream-ingest`` and ``stream-window``: Spark's own Kafka connector).
+An engine that cannot run here is reported unavailable, with the reason, and the others still run. Each
+phase of each engine gets fresh topics and a fresh run id. **Latency** (live): after a warm-up, ``python -m
+spark_jobs.generate`` writes at ``--rate`` events/s with event time = the wall clock; for each window end E,
+the first and the last result's delay after the generator wrote E (its records' CreateTime). **Throughput**
+(bounded): a prefilled backlog through the chain; records/s to every closed window's result and to the
+windows topic's end of stream. The table at the end has each figure per engine and its ratio to the
+runtime's. What each figure means and how it is taken: benchmarks/README.md, "The streaming chain on three
+engines".
 """
 
 from __future__ import annotations
@@ -102,16 +40,26 @@ from pathlib import Path
 from typing import Any, ClassVar, Final
 
 import orjson
-from bench_streaming import Chain, Observer, add_chain_options, percentile, run_generator
-from common import PlainReader, kafka_cluster, load_average
+from common import (
+    Chain,
+    LiveRun,
+    Observer,
+    PlainReader,
+    add_chain_options,
+    kafka_cluster,
+    load_average,
+    percentile,
+    prefill,
+    run_live,
+)
 from confluent_kafka import Consumer, TopicPartition
 from connector_jobs import spark_interval
 
 from controlmsg.clusters.jobs import Job
 from controlmsg.core.bookkeeping import StreamEnded
+from controlmsg.core.durations import parse_duration
 from controlmsg.kafka import ControlReader, DataRecord
 from controlmsg.kafka.settings import for_client
-from spark_jobs.events import parse_duration
 from spark_jobs.generate import GeneratorConfig, events, generate
 
 ENGINES = ("runtime", "stages", "baseline", "connector")
@@ -126,7 +74,7 @@ Pair = tuple[str, int]  # (key, window end in epoch ms)
 
 
 class Runtime(Chain):
-    """The runtime's chain (``bench_streaming.Chain``), with every topic that holds its run id deleted."""
+    """The runtime's chain (``common.Chain``), with every topic that holds its run id deleted."""
 
     engine: ClassVar[str] = "runtime"
     envelopes: ClassVar[bool] = True  # events and windows topics in controlmsg envelopes, with watermarks
@@ -395,7 +343,7 @@ class LiveResult:
     late: int | None = None  # records the window application dropped as late, as it says (None: it does not)
 
 
-def warm_up(chain: Runtime, windows_obs: Observer) -> float:
+def warm_up(chain: Chain, windows_obs: Observer) -> float:
     """Write ``--warm-events`` events (event time two minutes back, spaced as the live ones, another seed)
     to the source topic and wait until the windows topic has a result: both hops have run on data once
     (Python workers, code generation, the first micro-batches). Returns how long that took; raises if the
@@ -416,46 +364,31 @@ def warm_up(chain: Runtime, windows_obs: Observer) -> float:
 
 
 def phase_latency(chain: Runtime) -> LiveResult:
-    """Run ``chain`` live; see the module docstring."""
+    """Run ``chain`` live (benchmarks/README.md, "The streaming chain on three engines")."""
     a = chain.args
     window_ms = parse_duration(a.window)
-    lateness_ms = parse_duration(a.allowed_lateness)
     disorder_ms = parse_duration(a.disorder)
-    chain.create_topics()
-    events_obs, windows_obs = chain.observers()
     to_wall = time.time() - time.monotonic()  # observers stamp time.monotonic()
-    events_obs.start()
-    windows_obs.start()
     expected: dict[Pair, int] = {}
-    try:
-        t_start = time.monotonic()
-        chain.start_live()
-        ready_s = time.monotonic() - t_start
-        warm_s = warm_up(chain, windows_obs)
-        print(f"  chain running {ready_s:.1f} s after launch, its first result {warm_s:.1f} s after the warm-up "
-              f"events were written; generating for {a.live_seconds:g} s", flush=True)
-        start = datetime.fromtimestamp(time.time(), UTC).isoformat()
-        clock0_ms = int(datetime.fromisoformat(start).timestamp() * 1000)  # as the generator parses --start
-        gen_started = time.monotonic()
-        # The generator prints the topic's end offsets: the warm-up events are in them.
-        total, gen_ended = run_generator(chain.generator_argv(start), chain.work / f"{chain.run_id}-generator.log",
-                                         a.live_seconds + 120)
-        generated = total - a.warm_events
-        cfg = GeneratorConfig(rate=a.rate, keys=a.keys, disorder_ms=disorder_ms, seed=a.seed)
-        expected = expected_results(cfg, clock0_ms, generated, window_ms, lateness_ms + disorder_ms)
-        grace = gen_ended + a.grace
-        while time.monotonic() < grace:
-            for app in chain.apps.values():
-                app.ensure_running()
-            with windows_obs.lock:
-                if all(p in windows_obs.result_pairs for p in expected):
-                    break
-            time.sleep(0.2)
-    finally:
-        chain.stop(events_obs, windows_obs)
 
+    def settle(run: LiveRun) -> Callable[[], bool]:
+        """Done once every (key, window) result the generated events close is on the windows topic."""
+        cfg = GeneratorConfig(rate=a.rate, keys=a.keys, disorder_ms=disorder_ms, seed=a.seed)
+        expected.update(expected_results(cfg, run.clock0_ms, run.records - a.warm_events, window_ms,
+                                         parse_duration(a.allowed_lateness) + disorder_ms))
+
+        def settled() -> bool:
+            with run.windows.lock:
+                return all(p in run.windows.result_pairs for p in expected)
+        return settled
+
+    run = run_live(chain, settle, warm_up=warm_up, poll_s=0.2)
+    events_obs, windows_obs, clock0_ms = run.events, run.windows, run.clock0_ms
+    generated = run.records - a.warm_events  # the generator prints the topic's end offsets: the warm-up's in them
+    assert run.warm_s is not None
     written = write_times(chain.config, chain.source, a.partitions, a.seed, generated)
-    result = LiveResult(ready_s=ready_s, warm_s=warm_s, generated=generated, gen_seconds=gen_ended - gen_started,
+    result = LiveResult(ready_s=run.ready_s, warm_s=run.warm_s, generated=generated,
+                        gen_seconds=run.gen_ended - run.gen_started,
                         late=chain.late_records(),
                         start_offset_s=written[0] - clock0_ms / 1000,
                         end_lag_s=written[-1] - (clock0_ms + int((generated - 1) / a.rate * 1000)) / 1000)
@@ -529,23 +462,15 @@ class BoundedResult:
 
 
 def phase_throughput(chain: Runtime) -> BoundedResult:
-    """Run ``chain`` over a prefilled backlog; see the module docstring. Ends when every closed window's
+    """Run ``chain`` over a prefilled backlog (benchmarks/README.md). Ends when every closed window's
     result is there (the connector), or at the windows topic's end of stream (runtime and stages), or when
     no further result can come (:meth:`Runtime.drained`), or at the timeouts."""
     a = chain.args
-    window_ms = parse_duration(a.window)
-    disorder_ms = parse_duration(a.disorder)
-    chain.create_topics()
-    fill_rate = 1_000_000.0  # as fast as it goes; event time spaced `rate` events per second
-    cfg = GeneratorConfig(events=a.prefill_events, rate=fill_rate, speedup=fill_rate / a.rate, keys=a.keys,
-                          disorder_ms=disorder_ms, seed=a.seed, start_ms=int(time.time() * 1000))
+    cfg, count = prefill(chain, start_ms=int(time.time() * 1000))
     assert cfg.start_ms is not None
-    t = time.monotonic()
-    count = sum(generate(chain.config, chain.source, cfg).values())
-    expected = expected_results(cfg, cfg.start_ms, count, window_ms,
-                                   parse_duration(a.allowed_lateness) + disorder_ms)
-    print(f"  prefilled {count:,} events in {time.monotonic() - t:.1f} s (not timed); they close {len(expected):,} "
-          "(key, window) results; starting the chain", flush=True)
+    expected = expected_results(cfg, cfg.start_ms, count, parse_duration(a.window),
+                                parse_duration(a.allowed_lateness) + parse_duration(a.disorder))
+    print(f"  they close {len(expected):,} (key, window) results; starting the chain", flush=True)
     events_obs, windows_obs = chain.observers()
     events_obs.start()
     windows_obs.start()
@@ -784,7 +709,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--connector-jars", help="the connector's jar files, comma-separated (default: resolved once)")
     p.add_argument("--startup-timeout", type=float, default=300.0, help="seconds for a chain to start")
     p.add_argument("--throughput-timeout", type=float, default=300.0, help="seconds for a bounded chain to finish")
-    p.set_defaults(speedup=1.0)  # event time = wall clock (bench_streaming's Chain)
+    p.set_defaults(speedup=1.0)  # event time = wall clock (common.Chain)
     return p
 
 

@@ -3,387 +3,43 @@
     python benchmarks/bench_streaming.py [--watermark-interval 200ms] [--window 1s] [--rate 2000]
         [--live-seconds 30] [--prefill-events 300000] [--master local[2]] [--phases latency,throughput]
 
-The chain: raw source topic -> ``python -m spark_jobs.runtime.ingest`` (Spark application 1, ``--tasks``
-long-running tasks) -> the events topic -> ``python -m spark_jobs.runtime.window`` (Spark application 2) ->
-the windows topic. Each application is its own process group (``controlmsg.clusters.jobs.JobGroup``),
-started by this script and stopped when its phase ends (SIGTERM to its driver, then SIGKILL to the group
-and every descendant). Uses $KAFKA_BOOTSTRAP_SERVERS, else starts a local broker for the run. Every phase
-uses fresh topics (a new run id), deleted at the end unless ``--keep-topics``. The applications' logs stay
-in a temporary directory, printed at the start.
-
-What is measured, from one run:
-
-**Phase A, window-result latency (live).** Two observers run in this process, one thread each, started
-before the applications: a ``ControlReader`` (``read_committed``, all partitions, the run id) on the events
-topic and one on the windows topic. They poll with a short timeout (``--observer-poll``, 10 ms; librdkafka's
-``consume`` returns only when the batch is full or the timeout has passed, so this is the resolution of
-every timestamp) and stamp what they see with ``time.monotonic()`` when ``poll`` returns. For each window
-end E:
-
-* t0 = the moment the events observer's reconciled watermark (minimum over every ingest task and every
-  partition: its ``WatermarkAdvanced`` items) first reaches >= E, i.e. when the input of stream_window
-  has, for the first time, everything it needs to close the windows ending at E;
-* t1 = the moment the windows observer first sees a result record with ``window_end == E``;
-* latency(E) = t1 - t0: stream_window's reading, closing and committing, plus Kafka's transaction
-  markers, seen from outside. The first hop (source -> ingest -> events) is not in it: t0 is defined on the
-  events topic. Both stamps carry up to one observer poll (10 ms) of delay.
-
-t0 is over *all* partitions while t1 is the *first* result, and each window task closes its windows on
-its own partitions' watermark only, which may reach E earlier than the other task's (see below), so
-latency(E) can come out below zero. Three more views are printed for the same windows: the time until
-*all* results for E are visible (the windows topic's reconciled watermark reaches E: every window task
-has committed its results for E, which share a transaction with that watermark), which is never below
-zero; the first result measured from the earliest partition group's watermark (the events observer also
-tracks the watermark of each window task's partition group, dealt as ``controlmsg.streaming.runtime`` does); and
-the skew between the groups. The skew comes from ``read_committed``: a partition is readable only up to
-its first open transaction, and an ingest task's transaction is open almost all the time, so another
-task's watermark on a partition where this task writes data becomes visible only at this task's next
-commit. The generator and the ingest writer use the same partitioner and partition count, so ingest task
-i writes its data to exactly the partitions stream_window's task i reads: the groups' watermarks each
-follow their own ingest task's commit timer.
-
-Both applications start at once, stream_ingest unbounded (no ``--until-source-end``); once both ingest
-tasks have committed their first (empty) transaction (their consumer groups hold offsets) and
-stream_window's driver has launched its tasks, ``python -m spark_jobs.generate`` writes live for
-``--live-seconds`` at ``--rate`` events/s, event time following the wall clock times ``--speedup`` (so
-with 1 s windows and speedup 1, one window closes per second). Windows whose t0 falls in the first
-``--warmup`` seconds of generation are left out (the first watermark needs every source partition to have
-yielded a record, and the Python workers are still warming up). After the generator stops the script waits
-until the events observer has seen every generated event and every window with a t0 has its result (or a
-grace period has passed: those are reported as missing), then kills both applications: stream_ingest does
-not end by itself without ``--until-source-end``. The phase also reports whether the chain kept up: the
-generator's achieved rate; how far the windows topic's watermark trails the generator's event clock just
-after the warm-up and at the end of generation (it grows when the chain falls behind); when, relative to
-the generator's exit, the last generated event was on the events topic and the windows topic's watermark
-had caught up with the events topic's; how often the watermark advanced on each topic; and the median
-latency of the first and second half of the measured windows. Both applications commit on their own timers
-of one interval, so the latency of a window depends on where it falls between them; that phase drifts,
-which is why the halves can differ without the chain falling behind.
-
-The events observer reads every data record too; its batch size (``--observer-batch``) is large, and
-the phase reports how many of its polls came back with a full batch (a sign it was behind, which would
-delay t0 and bias the latency down) and its CPU time. The goal is "latency < 1 s + one watermark
-interval", judged on every measured window (and on the p90), for the first result and for all results.
-
-**Phase B, sustained records/s (bounded backlog).** ``--prefill-events`` events are written to a fresh
-source topic first (``spark_jobs.generate.generate`` as fast as it goes, event time spaced as in the live
-phase: ``--rate`` events per second of event time, so windows hold as many records), not timed. Then the
-same two applications run with ``--until-source-end`` (stream_window first, stream_ingest once
-stream_window's driver has launched its tasks) and end by themselves. Records/s of the chain = events /
-(the windows topic's end of stream as seen by the windows observer - the first committed record the events
-observer sees). The start is the first *visible* ingest output, so it is late by at most about one
-watermark interval (an ingest task commits its first transaction one interval after it starts reading)
-plus the commit; the figure is therefore slightly optimistic by that much. A pessimistic bound is printed
-beside it, from the moment stream_ingest's driver logs that it launches its tasks (task scheduling and
-Python worker start-up included), and the same from the launch of stream_window's process (JVM start-ups
-included). Also printed: the ingest hop alone (first record -> end of stream on the events topic), end of
-stream propagation through stream_window, and a check that the window results' counts plus the late
-records add up to the events. The two observers compete with the applications for the machine's cores:
-this process's CPU time over the measured span is printed as a share of the cores.
+Runs ``python -m spark_jobs.runtime.ingest`` and ``python -m spark_jobs.runtime.window`` as jobs of this
+script (:class:`common.Chain`), each phase on fresh topics, against ``$KAFKA_BOOTSTRAP_SERVERS`` or the
+cluster options, else a broker started for the run. Phase A (latency, live): for each window end E, from
+the events topic's reconciled watermark reaching E (t0) to E's first result on the windows topic (t1),
+both stamped by observer threads of this process (:class:`common.Observer`); the goal is t1 - t0 < 1 s +
+one watermark interval. Phase B (throughput, bounded): a prefilled backlog through the chain with
+``--until-source-end``, records/s from the first committed event record to the windows topic's end of
+stream. What each figure means and how it is taken: benchmarks/README.md, "The streaming chain: window
+latency and rate".
 """
 
 from __future__ import annotations
 
 import argparse
-import bisect
 import itertools
-import math
 import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
-import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-import orjson
-from common import Cluster, PlainReader, add_cluster_options, kafka_cluster, load_average
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
+from common import (
+    Chain,
+    LiveRun,
+    Observer,
+    add_chain_options,
+    kafka_cluster,
+    load_average,
+    percentile,
+    prefill,
+    run_live,
+)
 
-from controlmsg.clusters.jobs import Job, JobGroup
-from controlmsg.core.bookkeeping import StreamEnded, WatermarkAdvanced
-from controlmsg.core.codec import decode_json_payload
-from controlmsg.errors import ReadError
-from controlmsg.kafka import ControlReader, DataRecord, Item, create_topic
-from controlmsg.streaming.ingest import committed_source_state
-from controlmsg.streaming.ingest import source_group as ingest_group
-from spark_jobs.common import topic_names
-from spark_jobs.events import parse_duration
-from spark_jobs.generate import GeneratorConfig, generate
-
-TOPIC_PREFIX = "controlmsg-bench"
-
-
-# ---------------------------------------------------------------------------------------------- helpers
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (``q`` in (0, 1]) of a non-empty sequence."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
-# ---------------------------------------------------------------------------------------------- observers
-
-
-class Observer(threading.Thread):
-    """Reads one envelope topic (all partitions, ``read_committed``, one run) and stamps what it sees."""
-
-    def __init__(self, name: str, config: dict[str, Any], topic: str, run_id: str, *, results: bool,
-                 poll_s: float, batch_size: int, groups: list[list[int]] | None = None,
-                 reader: ControlReader | PlainReader | None = None) -> None:
-        """``reader``: what to read with instead of a ``ControlReader`` of ``topic`` (``groups`` need a
-        ``ControlReader``); results are JSON objects with ``key``, ``window_end`` and ``count``."""
-        super().__init__(name=name, daemon=True)
-        # Partition groups (those of stream_window's tasks) whose own watermark, the minimum over the group's
-        # partitions only, is stamped too: it is what each window task closes its windows on.
-        self.groups = groups or []
-        self.group_at: list[list[float]] = [[] for _ in self.groups]
-        self.group_ts: list[list[int]] = [[] for _ in self.groups]
-        self.reader = reader or ControlReader(config, topic, run_id=run_id, batch_size=batch_size)
-        self.results = results
-        self.poll_s = poll_s
-        self.batch_size = batch_size
-        self.wm_at: list[float] = []  # when the reconciled watermark advanced ...
-        self.wm_ts: list[int] = []  # ... and to what (strictly increasing)
-        self.data = 0
-        self.first_data: float | None = None
-        self.last_data: float | None = None
-        self.ended_at: float | None = None
-        self.result_seen: dict[int, float] = {}  # window end -> first result record seen
-        self.result_pairs: dict[tuple[str, int], float] = {}  # (key, window end) -> its first result seen
-        self.result_counts: dict[tuple[str, int], int] = {}  # (key, window end) -> the sum of its results' counts
-        self.result_records = 0
-        self.counted = 0  # sum of the results' counts
-        self.polls = 0
-        self.full_polls = 0
-        self.cpu_s = 0.0
-        self.error: BaseException | None = None
-        self.lock = threading.Lock()  # held while a poll's items are stamped; take it to read them meanwhile
-        self._halt = threading.Event()
-
-    def _consumed(self) -> int:
-        return sum(max(o, 0) for o in self.reader.positions.values())
-
-    def run(self) -> None:
-        cpu0 = time.thread_time()
-        reader = self.reader
-        try:
-            while not self._halt.is_set() and self.ended_at is None:
-                before = self._consumed()
-                items = reader.poll(self.poll_s)
-                now = time.monotonic()
-                self.polls += 1
-                if self._consumed() - before >= self.batch_size:
-                    self.full_polls += 1
-                with self.lock:
-                    self._stamp(items, now)
-        except BaseException as exc:
-            self.error = exc
-        finally:
-            self.cpu_s = time.thread_time() - cpu0
-
-    def _stamp(self, items: list[Item], now: float) -> None:
-        """Record what one poll returned, stamped ``now``."""
-        for item in items:
-            if isinstance(item, DataRecord):
-                self.data += 1
-                if self.first_data is None:
-                    self.first_data = now
-                self.last_data = now
-                if self.results:
-                    value = decode_json_payload(item.payload)
-                    self.result_records += 1
-                    count = int(value["count"])
-                    self.counted += count
-                    end = int(value["window_end"])
-                    pair = (str(value["key"]), end)
-                    self.result_seen.setdefault(end, now)
-                    self.result_pairs.setdefault(pair, now)
-                    self.result_counts[pair] = self.result_counts.get(pair, 0) + count
-            elif isinstance(item, WatermarkAdvanced):
-                self.wm_at.append(now)
-                self.wm_ts.append(item.timestamp)
-            elif isinstance(item, StreamEnded):
-                self.ended_at = now
-        if items and self.groups:
-            self._stamp_groups(now)
-
-    def _stamp_groups(self, now: float) -> None:
-        assert isinstance(self.reader, ControlReader)
-        tracker = self.reader.tracker
-        for i, group in enumerate(self.groups):
-            marks = [tracker.status(p).watermark for p in group]
-            if any(m is None for m in marks):
-                continue
-            mark = min(m for m in marks if m is not None)
-            if not self.group_ts[i] or mark > self.group_ts[i][-1]:
-                self.group_at[i].append(now)
-                self.group_ts[i].append(mark)
-
-    def reached(self, ts: int) -> float | None:
-        """When the watermark first reached >= ``ts`` (None: not yet)."""
-        return _first_reaching(self.wm_at, self.wm_ts, ts)
-
-    def group_reached(self, ts: int) -> list[float | None]:
-        """Per partition group: when its watermark first reached >= ``ts``."""
-        return [_first_reaching(at, marks, ts) for at, marks in zip(self.group_at, self.group_ts, strict=True)]
-
-    def halt(self) -> None:
-        self._halt.set()
-        self.join(10)
-        self.reader.close()
-        if self.error is not None:
-            raise RuntimeError(f"observer {self.name} failed: {self.error!r}") from self.error
-
-
-def _first_reaching(at: list[float], marks: list[int], ts: int) -> float | None:
-    i = bisect.bisect_left(marks, ts)
-    return at[i] if i < len(at) else None
-
-
-# ---------------------------------------------------------------------------------------------- the chain
-
-
-@dataclass
-class Chain:
-    """One run of the chain: its topics and how to start its two applications."""
-
-    args: argparse.Namespace
-    cluster: Cluster
-    work: Path
-    label: str
-
-    def __post_init__(self) -> None:
-        self.run_id = f"{self.label}{uuid.uuid4().hex[:8]}"
-        self.source = f"{TOPIC_PREFIX}-{self.run_id}-source"
-        self.events, self.windows = topic_names(self.run_id, prefix=TOPIC_PREFIX)
-        self.config: dict[str, Any] = dict(self.cluster.config)
-        self.env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
-        self.apps = JobGroup(self.work, env=self.env)  # the two applications, logs <run id>-<job>.log
-        self.admin = AdminClient(self.config)  # one for the run: each one destroyed logs a purge notice
-
-    @property
-    def topics(self) -> list[str]:
-        return [self.source, self.events, f"{self.events}-rejects", self.windows, f"{self.windows}-late",
-                f"{self.windows}-state"]
-
-    def create_topics(self) -> None:
-        for topic in (self.source, self.events, self.windows):
-            create_topic(self.config, topic, self.args.partitions)
-
-    def observers(self, groups: bool = False) -> tuple[Observer, Observer]:
-        a = self.args
-        # stream_window runs a task per partition of its input.
-        dealt = [[p] for p in range(a.partitions)] if groups else None
-        events = Observer("events", self.config, self.events, self.run_id, results=False, poll_s=a.observer_poll,
-                          batch_size=a.observer_batch, groups=dealt)
-        windows = Observer("windows", self.config, self.windows, self.run_id, results=True,
-                           poll_s=a.observer_poll, batch_size=a.observer_batch)
-        return events, windows
-
-    def _common(self, job: str) -> list[str]:
-        # --parent-pid: the jobs stop by themselves if this script dies.
-        return ["--kafka-config", str(self.cluster.properties), "--run-id", self.run_id, "--master", self.args.master,
-                "--summary", str(self.work / f"{self.run_id}-{job}.json"), "--parent-pid", str(os.getpid())]
-
-    def start_window(self) -> Job:
-        a = self.args
-        argv = [sys.executable, "-m", "spark_jobs.runtime.window", "--input-topic", self.events,
-                "--output-topic", self.windows, "--window", a.window, "--sum", "amount",
-                "--partitions", str(a.partitions),
-                "--commit-interval", a.watermark_interval, *self._common("stream_window")]
-        return self.apps.start("stream_window", argv, log_path=self.work / f"{self.run_id}-stream_window.log")
-
-    def start_ingest(self, until_source_end: bool) -> Job:
-        a = self.args
-        argv = [sys.executable, "-m", "spark_jobs.runtime.ingest", "--source-topic", self.source,
-                "--topic", self.events, "--key", "user", "--event-time", "event_time", "--carry", "amount",
-                "--partitions", str(a.partitions), "--tasks", str(a.tasks),
-                "--allowed-lateness", a.allowed_lateness, "--watermark-interval", a.watermark_interval,
-                *(["--until-source-end"] if until_source_end else []), *self._common("stream_ingest")]
-        return self.apps.start("stream_ingest", argv, log_path=self.work / f"{self.run_id}-stream_ingest.log")
-
-    def start_live(self) -> None:
-        """Start both applications, unbounded, and return once they take input: every ingest task has
-        committed its first transaction and stream_window's driver has launched its tasks."""
-        a = self.args
-        t_start = time.monotonic()
-        # Both at once (nothing is generated before both run, so the order does not matter here).
-        window_app = self.start_window()
-        ingest_app = self.start_ingest(until_source_end=False)
-        deadline = t_start + a.startup_timeout
-        while not self.ingest_tasks_committed():
-            window_app.ensure_running()
-            ingest_app.ensure_running()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"stream_ingest's tasks did not commit within {a.startup_timeout:g} s:\n"
-                                   f"{ingest_app.tail(25, indent='    ')}")
-            time.sleep(0.2)
-        window_app.wait_for_log("stream_window task ", max(1.0, deadline - time.monotonic()), poll_s=0.05)
-
-    def start_bounded(self) -> Job:
-        """Start stream_window, then, once its driver has launched its tasks, stream_ingest with
-        ``--until-source-end``; returns stream_ingest's app. Both end by themselves."""
-        window_app = self.start_window()
-        window_app.wait_for_log("stream_window task ", self.args.startup_timeout, poll_s=0.05)
-        return self.start_ingest(until_source_end=True)
-
-    def generator_argv(self, start: str) -> list[str]:
-        """``python -m spark_jobs.generate`` writing live to the source topic for ``--live-seconds`` at
-        ``--rate``, its event clock starting at ``start`` (ISO-8601)."""
-        a = self.args
-        return [sys.executable, "-m", "spark_jobs.generate", "--topic", self.source,
-                "--kafka-config", str(self.cluster.properties), "--duration", str(a.live_seconds),
-                "--rate", str(a.rate), "--speedup", str(a.speedup), "--keys", str(a.keys), "--disorder", a.disorder,
-                "--seed", str(a.seed), "--start", start]
-
-    def summary(self, job: str) -> dict[str, Any] | None:
-        path = self.work / f"{self.run_id}-{job}.json"
-        return orjson.loads(path.read_bytes()) if path.exists() else None
-
-    def ingest_tasks_committed(self) -> bool:
-        """True once every ingest task has committed a transaction (the run's source group holds an offset
-        for every source partition). Asked as the ingest's driver asks (a consumer's ``committed``):
-        librdkafka 2.16's admin ``list_consumer_group_offsets`` crashed this process (SIGSEGV in
-        ``rd_kafka_cgrp_op``) on this group."""
-        try:
-            state = committed_source_state(self.config, self.source, ingest_group(self.events, self.run_id),
-                                           range(self.args.partitions), timeout=10)
-        except ReadError:
-            return False
-        return len(state) == int(self.args.partitions)
-
-    def stop_apps(self) -> None:
-        """Stop the applications (SIGTERM to each driver, SIGKILL to its process group 10 s later) and close
-        their logs."""
-        self.apps.stop(10.0)
-        self.apps.close()
-
-    def wait_apps(self, timeout: float) -> None:
-        """Give the applications up to ``timeout`` s to exit by themselves (their summaries come at exit)."""
-        self.apps.wait(timeout)
-
-    def stop(self, *observers: Observer) -> None:
-        """Stop the applications, then halt ``observers`` (raises if one of them failed)."""
-        self.stop_apps()
-        for observer in observers:
-            observer.halt()
-
-    def delete_topics(self) -> None:
-        for name, future in self.admin.delete_topics(self.topics, operation_timeout=30).items():
-            try:
-                future.result(30)
-            except KafkaException as exc:
-                if "UNKNOWN_TOPIC" not in str(exc):
-                    print(f"warning: cannot delete topic {name}: {exc}", file=sys.stderr)
-
+from controlmsg.core.durations import parse_duration
 
 # ---------------------------------------------------------------------------------------------- phase A
 
@@ -414,42 +70,27 @@ class LatencyResult:
 
 def phase_latency(chain: Chain) -> LatencyResult:
     a = chain.args
-    chain.create_topics()
-    events_obs, windows_obs = chain.observers(groups=True)
-    events_obs.start()
-    windows_obs.start()
-    try:
-        t_start = time.monotonic()
-        chain.start_live()
-        ready_s = time.monotonic() - t_start
-        print(f"  both applications running {ready_s:.1f} s after launch; generating for {a.live_seconds:g} s",
-              flush=True)
+    drained: list[float] = []  # the last generated event on the events topic, after the generator's exit
 
-        clock0_ms = int(time.time() * 1000)  # the generator's event clock starts here (given as --start)
-        gen_argv = chain.generator_argv(datetime.fromtimestamp(clock0_ms / 1000, UTC).isoformat())
-        gen_started = time.monotonic()
-        generated, gen_ended = run_generator(gen_argv, chain.work / f"{chain.run_id}-generator.log",
-                                             a.live_seconds + 120)
+    def settle(run: LiveRun) -> Callable[[], bool]:
+        """Done once every generated event is on the events topic, every window with a t0 has its result,
+        and the windows topic's watermark has caught up with the events topic's."""
+        events_obs, windows_obs = run.events, run.windows
 
-        # Drain: every generated event on the events topic, and every window with a t0 has its result.
-        grace = gen_ended + a.grace
-        drain_s: float | None = None
-        while time.monotonic() < grace:
-            for app in chain.apps.values():
-                app.ensure_running()
-            if drain_s is None and events_obs.data >= generated and events_obs.last_data is not None:
-                drain_s = events_obs.last_data - gen_ended
+        def settled() -> bool:
+            if not drained and events_obs.data >= run.records and events_obs.last_data is not None:
+                drained.append(events_obs.last_data - run.gen_ended)
             with events_obs.lock, windows_obs.lock:
                 closed = [e for e in _window_ends(events_obs, windows_obs, a) if events_obs.reached(e) is not None]
-                done = (drain_s is not None and all(e in windows_obs.result_seen for e in closed)
+                return (bool(drained) and all(e in windows_obs.result_seen for e in closed)
                         and bool(windows_obs.wm_ts) and bool(events_obs.wm_ts)
                         and windows_obs.wm_ts[-1] >= events_obs.wm_ts[-1])
-            if done:
-                break
-            time.sleep(0.1)
-        time.sleep(max(0.0, min(1.0, grace - time.monotonic())))  # a last moment for stragglers
-    finally:
-        chain.stop(events_obs, windows_obs)
+        return settled
+
+    run = run_live(chain, settle, groups=True, linger_s=1.0)
+    events_obs, windows_obs = run.events, run.windows
+    generated, gen_started, gen_ended, clock0_ms = run.records, run.gen_started, run.gen_ended, run.clock0_ms
+    drain_s = drained[0] if drained else None
 
     # t0 per window end: the events watermark reaching it; t1: its first result on the windows topic.
     warmup_until = gen_started + a.warmup
@@ -498,28 +139,8 @@ def phase_latency(chain: Chain) -> LatencyResult:
         observer_full_polls=events_obs.full_polls, observer_polls=events_obs.polls, observer_cpu_s=events_obs.cpu_s,
         first_half_median=statistics.median(latencies[:half]) if half else None,
         second_half_median=statistics.median(latencies[half:]) if half else None,
-        ready_s=ready_s,
+        ready_s=run.ready_s,
     )
-
-
-def run_generator(argv: list[str], log_path: Path, timeout: float) -> tuple[int, float]:
-    """Run ``python -m spark_jobs.generate`` (``argv``) to its end as a job of its own, output to
-    ``log_path``, killed after ``timeout`` s. Returns the source topic's records (the sum of the end offsets
-    it prints last) and the ``time.monotonic()`` it ended at; raises ``RuntimeError`` if it fails."""
-    gen = Job("generator", argv, log_path)
-    try:
-        gen.start()
-        code = gen.wait(timeout)
-        ended = time.monotonic()
-        if code != 0:
-            raise RuntimeError(f"generator {'still running' if code is None else f'failed ({code})'} after "
-                               f"{timeout:g} s:\n{gen.tail(25, indent='    ')}")
-        for line in reversed(log_path.read_bytes().splitlines()):
-            if line.startswith(b'{"topic"'):
-                return sum(orjson.loads(line)["endOffsets"].values()), ended
-        raise RuntimeError(f"the generator printed no end offsets:\n{gen.tail(25, indent='    ')}")
-    finally:
-        gen.close()
 
 
 def _median_step(moments: list[float], t_from: float, t_to: float) -> float | None:
@@ -563,16 +184,9 @@ class ThroughputResult:
 
 def phase_throughput(chain: Chain) -> ThroughputResult:
     a = chain.args
-    chain.create_topics()
     t = time.monotonic()
-    # Event time spaced as in the live phase: `rate` events per second of event time.
-    fill_rate = 1_000_000.0
-    ends = generate(chain.config, chain.source, GeneratorConfig(
-        events=a.prefill_events, rate=fill_rate, speedup=fill_rate / a.rate * a.speedup, keys=a.keys,
-        disorder_ms=parse_duration(a.disorder), seed=a.seed))
+    prefill(chain)
     prefill_s = time.monotonic() - t
-    events = sum(ends.values())
-    print(f"  prefilled {events:,} events in {prefill_s:.1f} s (not timed); starting the chain", flush=True)
     events_obs, windows_obs = chain.observers()
     events_obs.start()
     windows_obs.start()
@@ -611,26 +225,6 @@ def phase_throughput(chain: Chain) -> ThroughputResult:
         observer_cpu_s=events_obs.cpu_s + windows_obs.cpu_s, observer_full_polls=events_obs.full_polls,
         observer_polls=events_obs.polls, process_cpu_measured_s=cpu_measured,
     )
-
-
-# ---------------------------------------------------------------------------------------------- main
-
-
-def add_chain_options(p: argparse.ArgumentParser) -> None:
-    """The options a :class:`Chain` and its observers read (besides the phases' own), and the cluster's."""
-    p.add_argument("--prefill-events", type=int, default=300_000, help="backlog of the throughput phase")
-    p.add_argument("--keys", type=int, default=100, help="distinct users (skewed)")
-    p.add_argument("--disorder", default="500ms", help="events are out of order by up to this")
-    p.add_argument("--allowed-lateness", default="500ms",
-                   help="the watermark = the largest event time read minus this")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--master", default="local[2]", help="Spark master of each application")
-    p.add_argument("--partitions", type=int, default=4, help="partitions of every topic")
-    p.add_argument("--tasks", type=int, default=2, help="the runtime's long-running tasks per application")
-    p.add_argument("--observer-poll", type=float, default=0.01, help="observers' poll timeout, seconds")
-    p.add_argument("--observer-batch", type=int, default=20_000, help="observers' batch size")
-    p.add_argument("--keep-topics", action="store_true", help="do not delete the topics at the end")
-    add_cluster_options(p)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

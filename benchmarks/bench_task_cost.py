@@ -5,7 +5,7 @@
         [--bootstrap-servers HOST:PORT | -X K=V | --kafka-config F]
 
 1. **A write task's Kafka calls, without Spark**: ``--calls`` write tasks one after another in this process,
-   each the calls of the data source's task body (``controlmsg.spark.writing``), timed apart: the
+   each the calls of the data source's task body (``controlmsg.spark.writing.task``), timed apart: the
    transactional ``ControlWriter`` (producer and ``init_transactions``), the marker lookup (a consumer of
    the task's group), ``--rows-per-task`` rows, the marker added to the transaction, the commit, closing.
    Four ways, alternating per round: as the task body makes them (librdkafka's
@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def task_calls(config: dict[str, Any], topic: str, partitions: int, rows: int,
                consumer_first: bool = False, destroy_later: bool = True) -> dict[str, float]:
-    """One write task's Kafka calls, as ``controlmsg.spark.writing._write_task`` makes them: seconds each.
+    """One write task's Kafka calls, as ``controlmsg.spark.writing.task.write_task`` makes them: seconds each.
     ``consumer_first``: the marker's consumer made before the producer initialises transactions, so that
     it connects meanwhile (tried in issue 32: slower per task here, not adopted). ``destroy_later``: the
     producer destroyed on the background thread (``run_later(writer.destroy)``, the task body since issue

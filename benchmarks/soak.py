@@ -2,55 +2,16 @@
 
     python benchmarks/soak.py [--minutes 60] [--rate 31500] [--kill-every 10] [--sample-every 60] [--out DIR]
 
-What runs (each its own process group, started by this script, logs under ``--out``):
-
-* a Kafka broker (``controlmsg.clusters.broker``, data under ``DIR/broker``) unless ``--bootstrap-servers``
-  (or ``-X``/``--kafka-config``/``$KAFKA_BOOTSTRAP_SERVERS``) names a cluster;
-* ``python -m spark_jobs.generate`` writing ``--rate`` events/s to a fresh source topic for ``--minutes``
-  (event time follows the wall clock, out of order by up to ``--disorder``, no late share);
-* the three jobs of ``python -m spark_jobs.pipeline windowed-count --streaming`` (stream_ingest,
-  stream_window, stream_sink), with the arguments the pipeline gives them (``spark_jobs.pipeline._job_args``),
-  started one by one as ``tests/spark/test_streaming_restarts.py`` does. The pipeline command itself is not
-  used: it treats a job that dies as a failure and stops the others; it restarts nothing.
-
-Every ``--kill-every`` minutes (at k x kill-every for every k with k x kill-every <= minutes) one job, in turn
-ingest, window, sink, gets SIGKILL on its whole process group (driver, JVM, Python workers), as a crashed
-machine would, and is started again at once with the same command; it resumes from its last commit. A job
-that exits on its own is recorded as an unplanned exit and started again too.
-
-Every ``--sample-every`` seconds one row of ``DIR/samples.csv``:
-
-* RSS (``VmRSS`` from ``/proc``, summed over the process and all its descendants) of each job, the generator,
-  the broker and this script, and each job's process count;
-* lag: source records not yet committed by the ingest (the source topic's end offsets minus the offsets the
-  ingest commits in its consumer group with every transaction, ``controlmsg.streaming.ingest``); offsets of the
-  windows topic not yet in the sink's checkpoint; the windows topic's reconciled watermark behind the wall
-  clock (``controlmsg.kafka.inspect.inspect_topic``, what ``controlmsg inspect --json`` prints);
-* transactions, through the broker's own kafka-clients jar (``benchmarks/SoakTransactions.java``, compiled
-  once with ``javac``): Ongoing transactions at the coordinator and their oldest age, partitions of the
-  run's topics with an open transaction, and those whose producer the coordinator has no Ongoing
-  transaction for on that partition and that wrote nothing for longer than the tasks' transaction
-  timeout (hanging, as ``kafka-transactions.sh find-hanging`` means it);
-* disk (allocated blocks) under ``DIR``: the broker's data, the run directory (job logs, summaries), the
-  output with the sink's checkpoint, Spark's local directories;
-* records in (the source topic's end offsets: the generator is its only writer) and out (rows in the output).
-
-At the end: the generator has stopped; the ingest gets SIGTERM (it stops at a commit) and is started again
-with ``--until-source-end``, so the chain reads the rest and ends by itself, as a bounded run. Then the end
-checks: every job exited 0; the output equals the oracle (``spark_jobs.events.windowed_oracle`` over the
-source topic dumped to JSON lines; keys, windows and counts exactly, as ``tests/spark/test_pipeline_oracle.py``
-compares them, the sums of doubles within 1e-9 relative, as ``bench_vs_kafka_connector.py`` does: nothing
-lost, nothing twice); no late record (the allowed lateness exceeds the disorder); no transaction open on
-the run's topics and none Ongoing at the coordinator; and ``controlmsg cleanup --run-id RUN`` (listing
-only) says what the run left. Written to ``DIR``: ``samples.csv``, ``events.csv`` (kills, restarts),
-``soak.png``, ``soak.md`` (the tables and the checks), ``summary.json``; the broker is stopped, its data
-kept (``--keep-broker-data``) or removed. ``--report-only DIR`` draws the plot and writes the tables again
-from those files. The plot needs matplotlib: ``pip install -e '.[bench]'``.
-
-The default ``--rate`` is half the chain's measured maximum: 63k records/s sustained through
-stream_ingest and stream_window, 2 tasks and 4 partitions, docs/PERFORMANCE.md "Streaming: window latency
-and rate" (``bench_streaming.py`` phase B, 2026-11-24). That figure has no sink and no live generator on the
-same two cores; the soak has both.
+Runs a broker (unless the cluster options or ``$KAFKA_BOOTSTRAP_SERVERS`` name one), ``python -m
+spark_jobs.generate`` at ``--rate`` events/s, and the three jobs of ``python -m spark_jobs.pipeline
+windowed-count --streaming`` with the arguments the pipeline gives them (``spark_jobs.pipeline.job_args``),
+each its own process group started by this script. Every ``--kill-every`` minutes one job in turn gets
+SIGKILL on its whole group and is started again at once; every ``--sample-every`` seconds one row of
+``DIR/samples.csv`` (RSS, lag, transactions, disk, records in and out). At the end the chain drains and ends
+by itself, then the end checks run (every job exited 0, the output equals the oracle, no transaction left
+open). Written to ``DIR``: ``samples.csv``, ``events.csv``, ``soak.png``, ``soak.md``, ``summary.json``;
+``--report-only DIR`` draws the plot and the tables again (matplotlib: ``pip install -e '.[bench]'``).
+What it runs and measures in detail, the end checks, the goals and the runs: docs/SOAK.md.
 """
 
 from __future__ import annotations
@@ -81,7 +42,7 @@ from controlmsg.kafka.admin import create_topic, end_offsets
 from controlmsg.kafka.settings import client_config_from_args, write_properties
 from controlmsg.streaming.ingest import source_group
 from spark_jobs.common import topic_names
-from spark_jobs.pipeline import _job_args, build_parser
+from spark_jobs.pipeline import build_parser, job_args
 from spark_jobs.runtime.sink import checkpoint_path
 
 MEASURED_MAX_RATE = 63_000.0
@@ -256,7 +217,7 @@ class Soak:
                 "--timeout", str(a.minutes * 60 + 3600), "--spark-conf", f"spark.local.dir={self.spark_local}"]
         if until_source_end:
             argv.append("--until-source-end")
-        return _job_args(job, build_parser().parse_args(argv), self.properties, self.run_id, self.run_dir)
+        return job_args(job, build_parser().parse_args(argv), self.properties, self.run_id, self.run_dir)
 
     def event(self, kind: str, job: str, detail: str = "") -> None:
         t = time.monotonic() - self.t0 if self.t0 else 0.0

@@ -40,9 +40,15 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "PARTITIONS_HELP",
+    "SUM_HELP",
+    "WINDOW_HELP",
     "Check",
     "add_common_options",
     "add_data_headers_option",
+    "add_partitions_option",
+    "add_window_options",
+    "add_window_topic_options",
     "common_problems",
     "controlmsg_options",
     "failure_lines",
@@ -63,6 +69,37 @@ def add_stall_limit_option(parser: argparse.ArgumentParser, *, help_prefix: str 
                         help=f"{help_prefix}a long-running task that does not turn its loop for this long is "
                              "wedged: its Python worker ends and Spark retries it from its last commit (default "
                              "180s, above the 2 x 60 s a commit may legitimately take; docs/OPERATIONS.md)")
+
+
+WINDOW_HELP: Final = ("tumbling event-time window length, e.g. 1m, 15m, 1h, 1d (windows start at whole multiples "
+                      "of it since the epoch)")
+SUM_HELP: Final = ("a column to sum per key and window, written as sum_<COL> (repeatable; nulls are skipped). TYPE, "
+                   "long or double, declares the column's type: the bounded pipeline and window_aggregate then parse "
+                   "it in the reading tasks, which is faster (a Parquet input's integer and floating point columns "
+                   "are declared from its footers), and otherwise take the type from the data (double when a value "
+                   "has a fraction or an exponent); stages.window reads an undeclared column as double; the "
+                   "streaming runtime (--streaming, runtime.window) takes plain column names and sums each value as "
+                   "the number it is")
+PARTITIONS_HELP: Final = ("partitions of each intermediate topic written (created with this many if missing; an "
+                          "existing one must have as many; default %(default)s)")
+
+
+def add_window_options(parser: argparse.ArgumentParser) -> None:
+    """``--window`` and ``--sum``, the same for the three window jobs and the pipeline. What a ``--sum`` type
+    means is each job's (:data:`SUM_HELP` says how they differ); the option itself is one."""
+    parser.add_argument("--window", required=True, help=WINDOW_HELP)
+    parser.add_argument("--sum", action="append", default=[], metavar="COL[:TYPE]", help=SUM_HELP)
+
+
+def add_window_topic_options(parser: argparse.ArgumentParser) -> None:
+    """``--input-topic`` and ``--output-topic`` of a window job (both required)."""
+    parser.add_argument("--input-topic", required=True, help="the intermediate topic of keyed events to read")
+    parser.add_argument("--output-topic", required=True, help="the intermediate topic to write the window results to")
+
+
+def add_partitions_option(parser: argparse.ArgumentParser) -> None:
+    """``--partitions`` of the intermediate topics a window job or the pipeline writes."""
+    parser.add_argument("--partitions", type=int, default=4, help=PARTITIONS_HELP)
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:

@@ -234,8 +234,7 @@ def read_parsed(spark: SparkSession, options: Mapping[str, str], known: dict[str
     the reading tasks, with orjson) and there is no typing pass; a value that does not fit its declared
     type then fails the read naming its topic, partition and offset (the source's ``FAILFAST``). Otherwise
     the JSON texts are parsed in the JVM (:func:`json_columns`) and one pass over the cache counts and
-    types them. Warm, at 1M events, the first reads and counts in 2.6 s against 3.7 s, the 686k window
-    results in 1.9 s against 2.7 s (``benchmarks/README.md``).
+    types them; the first is the faster (docs/PERFORMANCE.md, "window_aggregate's read").
     """
     reader = spark.read.format("controlmsg").options(**options)
     if all(t is not None for t in numeric.values()):

@@ -53,9 +53,9 @@ from spark_jobs.checks import (
     topic_problems,
     typed_sums,
 )
-from spark_jobs.common import add_stall_limit_option, topic_names
+from spark_jobs.common import add_partitions_option, add_stall_limit_option, add_window_options, topic_names
 
-__all__ = ["JOB_MODULES", "declared_sums", "main"]
+__all__ = ["JOB_MODULES", "declared_sums", "job_args", "main"]
 
 JOB_STOP_GRACE_S: Final = 20.0
 """Seconds a job has to stop after the pipeline's SIGTERM before its process group is SIGKILLed (a job
@@ -75,23 +75,12 @@ JOB_MODULES: Final = {
 }
 """The module (``python -m``) of each job the pipeline runs, by the job's name (its log, summary and
 transactional ids keep that name)."""
-# How many --nice-step levels below ingest each bounded job runs. The sink shares the window job's level
-# rather than running a step below it: until the window job's transactions commit, the sink's readers
-# block in poll and take no CPU from it, and from the commit on the sink must read the window job's whole
-# output as fast as it can. Two steps down, its weight was a third of the window job's while both ran
-# (nice 10 against 5), and the last hop took 9.0-9.6 s against 5.0-7.7 s (three runs each; the whole
-# pipeline no faster). The default step, 12 (a CPU weight of 70 against ingest's 1024 for each downstream
-# job), was measured against 5 (weight 335) and 19 at 1M events, alternating, three runs each: the
-# pipeline took 54.8 / 53.8 / 57.8 s against 58.0 / 55.7 / 60.9 s, ingest 17.5-17.9 s against 22.2-23.6 s
-# (19: 53.2 and 62.7 s). The downstream start-ups then take the cores ingest leaves, and still end in time.
+# How many --nice-step levels below ingest each bounded job runs: the job the others wait for gets shared cores
+# first; the sink shares the window job's level, as its readers block in poll until the window job commits
+# (measured: docs/PERFORMANCE.md, "The pipeline's nice levels").
 _NICE_STEPS: Final = {"ingest": 0, "window_aggregate": 1, "sink": 1}
-# Once the window job's input has ended (its line below), it drops to the lowest priority, 19, under the
-# sink's level: from then on it aggregates (the sink idles, waiting) and writes its results in chunks that
-# the sink reads as they commit, so where the two share cores the sink keeps up with the write and the last
-# hop is the last chunk, not what the sink was behind. Started at the sink's level, where it must stay until
-# then (a sink above it from the start took cores from ingest's start: 45.4 / 74.6 s against 38.2 / 44.1 s).
-# At 10M events the last hop went 3.8-4.4 s -> 0.9 / 1.3 s, at 1M 2.1 / 2.9 s -> 0.8 s (three runs), the
-# pipeline no slower (docs/PERFORMANCE.md, "The last hop").
+# Once its input has ended the window job drops to nice 19, under the sink, which then reads its chunks as
+# they commit: the last hop is the last chunk (docs/PERFORMANCE.md, "The last hop: chunked commits").
 _WINDOW_INPUT_ENDED: Final = b" window_aggregate: input ended"
 _WINDOW_WRITING_NICE: Final = 19
 _OWN_LINE = re.compile(
@@ -142,16 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --streaming: read at most this many source records/s per ingest task")
     p.add_argument("--key", required=True)
     p.add_argument("--event-time", required=True)
-    p.add_argument("--window", required=True, help="e.g. 15m, 1h, 1d")
-    p.add_argument("--sum", action="append", default=[], metavar="COL[:TYPE]",
-                   help="a column to sum (repeatable); TYPE long or double declares its type (ingest writes it "
-                        "as that type, and the jobs downstream parse by it, which is faster). A Parquet input's "
-                        "integer and floating-point columns are declared from its footers by themselves; "
-                        "otherwise the type comes from the data (double when a value has a fraction or an "
-                        "exponent). The bounded pipeline only")
+    add_window_options(p)
     p.add_argument("--output", required=True, help="CSV, JSON lines or Parquet file (by extension)")
     p.add_argument("--null-value", action=_OnlyIn, help="the bounded pipeline: CSV token read as null")
-    p.add_argument("--partitions", type=int, default=4, help="partitions of each intermediate topic")
+    add_partitions_option(p)
     p.add_argument("--tasks", type=int, default=2,
                    help="upstream write tasks of each writing job (streaming: of the ingest, which may change "
                         "between starts of a run; the window job runs a task per partition)")
@@ -183,7 +166,11 @@ def _write_client_config(config: dict[str, str], run_dir: Path) -> Path:
                             "the Kafka client settings of this pipeline run (removed when it ends)")
 
 
-def _job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str, run_dir: Path) -> list[str]:
+def job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str, run_dir: Path) -> list[str]:
+    """The command line (``python -m`` its module, :data:`JOB_MODULES`) that runs ``job`` of the pipeline
+    ``args`` (:func:`build_parser`'s) for run ``run_id``: its client settings from ``kafka_file``, its
+    summary and error log in ``run_dir``, and ``--parent-pid`` this process. For whoever starts the jobs
+    one by one as the pipeline would (the soak benchmark, the restart tests)."""
     events, windows = topic_names(run_id)
     kafka = ["--kafka-config", str(kafka_file)]
     common = [*kafka, "--run-id", run_id, "--master", args.master, "--parent-pid", str(os.getpid()),
@@ -194,9 +181,8 @@ def _job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str,
     typed = [name if typ is None else f"{name}:{typ}" for name, typ in declared_sums(args).items()]
     sums = [x for col in (args.sum if args.streaming else typed) for x in ("--sum", col)]
     carry = [x for c in typed for x in ("--carry", c)]
-    # The writing jobs get --data-headers false: the pipeline creates both topics, named after its run, so
-    # no other run's records can be in them, and the run header on each record cost the 10M pipeline
-    # 166 s against 138 s without it (back to back).
+    # The writing jobs get --data-headers false: no other run's records can be in the topics the pipeline names
+    # after its run, and a run header costs the write (docs/PERFORMANCE.md, "The pipeline's topics, no run header").
     if job == "ingest":
         extra = ["--input", args.input, "--key", args.key, "--event-time", args.event_time, "--topic", events,
                  "--partitions", str(args.partitions), "--tasks", str(args.tasks),
@@ -340,7 +326,7 @@ def run_windowed_count(args: argparse.Namespace) -> int:
         for job in order:
             if signals:
                 break
-            started_jobs[job] = jobs.start(job, _job_args(job, args, kafka_file, run_id, run_dir), echo=echo,
+            started_jobs[job] = jobs.start(job, job_args(job, args, kafka_file, run_id, run_dir), echo=echo,
                                            nice=0 if args.streaming else _NICE_STEPS[job] * args.nice_step)
         if not signals:
             codes = jobs.wait(started + args.timeout + 120 - time.monotonic(), stop_when=lambda: bool(signals))

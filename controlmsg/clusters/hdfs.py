@@ -89,8 +89,8 @@ HDFS_JARS: Final = JarSet(
 """What joins pyspark's jars on the minicluster's classpath."""
 
 _HOST = "127.0.0.1"
-# A small heap; the serial collector and the C1 compiler only: about a third less CPU to start on two cores
-# (17-21 s against 26-31 s, measured side by side), and a test file system is never busy enough for C2.
+# A small heap; the serial collector and the C1 compiler only: a faster start on two cores (docs/LOCAL_CLUSTERS.md,
+# the table of times), and a test file system is never busy enough for C2.
 _JVM_OPTIONS = ("-Xmx768m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 _LOG_FILE = "hdfs.log"
 _JSON_FILE = "hdfs.json"

@@ -61,10 +61,9 @@ def start_offset(offset: int, reset: object) -> int:
     """Where to assign a partition whose position is ``offset`` under ``auto.offset.reset`` ``reset``:
     offset 0 for :data:`OFFSET_BEGINNING` when the reset goes to the earliest offset, else ``offset``.
 
-    librdkafka looks a logical offset up before it fetches, which costs about half a second per consumer
-    (measured on the project's 2-core machine: the first record 0.5 s after ``assign``, against 0.03 s
-    from an explicit offset); a read to end of stream of a few records is mostly that wait, once per
-    reading task. Offset 0 is at or below the log start, and below it the reset policy takes the
+    librdkafka looks a logical offset up before it fetches, a wait per consumer that a read to end of stream
+    of a few records is mostly made of, once per reading task (docs/PERFORMANCE.md, "The reader's start and
+    fetch"). Offset 0 is at or below the log start, and below it the reset policy takes the
     consumer to the log start: the same place as the beginning."""
     if offset == OFFSET_BEGINNING and str(reset).lower() in _TO_EARLIEST:
         return 0
@@ -235,8 +234,7 @@ class ControlReader:
             "enable.auto.offset.store": False,
             "isolation.level": "read_committed",
             "auto.offset.reset": "earliest",
-            # librdkafka's default (1 s) stalls fetching whenever its local queue fills: measured 135k ->
-            # 370k records/s for a bare consume() loop on this project's benchmark machine.
+            # librdkafka's default (1 s) stalls fetching whenever its local queue fills (docs/PERFORMANCE.md).
             "fetch.queue.backoff.ms": 10,
             **for_client(config, "consumer"),
         }

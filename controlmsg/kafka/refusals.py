@@ -34,20 +34,12 @@ unknown host (``_RESOLVE``), connection refused        by admin clients only, af
                                                        that cluster
 =====================================================  =====================================
 
-The grace and its limits: a broker that is starting refuses connections for a few seconds, and a broker
-that restarts in the middle of a run does too (see docs/FAULTS.md), for as long as it takes. The first
-contact of every command, job, pipeline and Spark plan with a cluster is a topic request of an admin
-client (describe or create); only those tell an unreachable cluster, and only until this process has had
-an answer from it (an admin request that succeeded, transactions initialised, a Spark task its driver
-planned, or librdkafka naming a broker by its node id, which it learns from the cluster's metadata).
-The same holds for the security protocol probe: it runs at the first contact only, once per address and
-protocol within :data:`DEFAULT_GRACE_S`, and refuses only when the listener answered in a protocol other
-than the client's (a broker that is down answers nothing, and is left to the grace).
-Producers and consumers leave refused connections to the retries as before: in Spark each step (a task,
-the driver's commit) may run in a new Python process, in the middle of a broker's restart. One dead node
-of several is not an unreachable cluster: the grace runs out only once every address of
-``bootstrap.servers`` has failed. Everything else (timeouts, a broker that answers slowly, other TLS
-errors) is left alone here too.
+"Reached" a cluster: an admin request succeeded, transactions were initialised, a Spark task was planned by
+its driver, or librdkafka named a broker by its node id. The protocol probe runs at the first contact only,
+once per address and protocol within :data:`DEFAULT_GRACE_S`. Producers and consumers leave refused
+connections to the retries, and everything else (timeouts, a slow broker, other TLS errors) is left alone;
+why (brokers that start or restart refuse connections too, a Spark step may run in a new process in the
+middle of a restart): docs/SECURITY.md, "When the cluster refuses a client".
 """
 
 from __future__ import annotations

@@ -213,11 +213,9 @@ def for_client(config: Mapping[str, Any], kind: Literal["producer", "consumer", 
             else PRODUCER_ONLY | CONSUMER_ONLY)
     conf = {k: v for k, v in translate(config)[0].items() if k not in drop}
     conf.setdefault("logger", CLIENT_LOGGER)
-    # librdkafka's sparse connections (its default) open a broker connection only when a request needs
-    # one, and a new client then waits ~50 ms (here, on localhost) before its first answer; a transactional
-    # producer's first PID request often 500 ms more. Connecting at once cut a write task's Kafka calls
-    # from ~230 ms to ~40 ms (benchmarks/bench_task_cost.py). A client opens a connection to every broker
-    # it knows of; set it to true to go back.
+    # librdkafka's sparse connections (its default) make each new client wait to connect before its first
+    # answer, most of a write task's Kafka calls (docs/PERFORMANCE.md, "The cost of a write task"). A client
+    # then opens a connection to every broker it knows of; set it to true to go back.
     conf.setdefault("enable.sparse.connections", False)
     given = conf.get("error_cb")
     if isinstance(given, ConnectionWatch):  # the settings of another client of ours: a watch of its own

@@ -42,9 +42,8 @@ header named so is refused by the Spark writer, and left out of an intermediate 
 
 _POLL_EVERY: Final = 4096
 # confluent-kafka's produce(topic, value, key, partition, callback, on_delivery, timestamp, headers) is called
-# positionally: a keyword argument costs more than the headers themselves (CPython hands the C method a dict of
-# keywords to parse: 1.2-1.7 us per call with two headers as a keyword against 0.8-0.9 us positionally, and
-# 0.3-0.6 us with no headers; `python benchmarks/bench_produce_call.py` measures it).
+# positionally: CPython hands a C method called with a keyword a dict to parse, which costs more than the headers
+# themselves (docs/PERFORMANCE.md, "The produce call").
 _ANY_PARTITION: Final = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner chooses by key
 _NOW: Final = 0  # the record's timestamp: 0 is librdkafka's "now"
 _USER: Final = encode_user(b"")  # the MessageType byte of a user message

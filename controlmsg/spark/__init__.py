@@ -25,11 +25,11 @@ if TYPE_CHECKING:
     from controlmsg.spark.batches import RAW_SCHEMA
     from controlmsg.spark.datasource import ControlMsgDataSource
     from controlmsg.spark.event_time import WATERMARK_COLUMNS, late_records, observed_counts, with_watermark
-    from controlmsg.spark.reading import EndOfStreamTimeout
+    from controlmsg.spark.reading.source_metrics import source_metrics
+    from controlmsg.spark.reading.timeouts import EndOfStreamTimeout
     from controlmsg.spark.session import register, spark_session
-    from controlmsg.spark.source_progress import source_metrics
     from controlmsg.spark.stage import StageFollower, StageNotEnded, await_stage
-    from controlmsg.spark.writing import end_stream, run_status
+    from controlmsg.spark.writing.run_control import end_stream, run_status
 
 __all__ = [
     "RAW_SCHEMA",
@@ -56,15 +56,15 @@ _WHERE = {
     "with_watermark": "controlmsg.spark.event_time",
     "late_records": "controlmsg.spark.event_time",
     "observed_counts": "controlmsg.spark.event_time",
-    "EndOfStreamTimeout": "controlmsg.spark.reading",
+    "EndOfStreamTimeout": "controlmsg.spark.reading.timeouts",
     "register": "controlmsg.spark.session",
     "spark_session": "controlmsg.spark.session",
-    "source_metrics": "controlmsg.spark.source_progress",
+    "source_metrics": "controlmsg.spark.reading.source_metrics",
     "StageFollower": "controlmsg.spark.stage",
     "StageNotEnded": "controlmsg.spark.stage",
     "await_stage": "controlmsg.spark.stage",
-    "end_stream": "controlmsg.spark.writing",
-    "run_status": "controlmsg.spark.writing",
+    "end_stream": "controlmsg.spark.writing.run_control",
+    "run_status": "controlmsg.spark.writing.run_control",
 }
 
 

@@ -1,7 +1,7 @@
 """Arrow batches from the records a reading task polled: what every reader of ``format("controlmsg")``
-builds its rows with (:mod:`controlmsg.spark.reading`, :mod:`controlmsg.spark.plain`). No I/O: a builder
-takes records (parallel lists, :class:`~controlmsg.kafka.reader.DataColumns`) and returns a batch and the
-bad records it set aside; what a task then does with those is :mod:`controlmsg.spark.bad_records`.
+builds its rows with (:mod:`controlmsg.spark.reading`). No I/O: a builder takes records (parallel lists,
+:class:`~controlmsg.kafka.reader.DataColumns`) and returns a batch and the bad records it set aside; what a
+task then does with those is :mod:`controlmsg.spark.reading.bad_records`.
 
 **Schema.** Without a schema the columns are ``format("kafka")``'s (:data:`RAW_SCHEMA`): ``key binary,
 value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int``, and
@@ -27,7 +27,7 @@ alone would truncate ``2.5`` to ``2``; a floating-point field takes any JSON num
 fields take ISO-8601 strings, decimals numbers or strings, binary fields base64 strings.
 
 A record that does not fit is **bad**; option ``mode`` says what its batch becomes (see
-:mod:`controlmsg.spark.bad_records` for the modes as a user sees them): FAILFAST raises
+:mod:`controlmsg.spark.reading.bad_records` for the modes as a user sees them): FAILFAST raises
 :class:`~controlmsg.errors.ReadError`, DROPMALFORMED leaves its row out, PERMISSIVE keeps the row (the
 fields that do not fit null) and puts the value in the corrupt-record column.
 """

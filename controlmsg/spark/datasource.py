@@ -3,7 +3,7 @@
 Registered by :func:`controlmsg.spark.register` (or by itself: Spark looks up the module
 ``pyspark_controlmsg`` that this package installs). Options are in :mod:`controlmsg.spark.options`; the
 readers in :mod:`controlmsg.spark.reading` (a plain topic's, option ``envelope none``, in
-:mod:`controlmsg.spark.plain`), the writers in :mod:`controlmsg.spark.writing`.
+:mod:`controlmsg.spark.reading.plain_readers`), the writers in :mod:`controlmsg.spark.writing`.
 """
 
 from __future__ import annotations
@@ -79,32 +79,32 @@ class ControlMsgDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = ReadOptions.parse(self.options)
         if opts.plain:
-            from controlmsg.spark.plain import PlainBatchReader
+            from controlmsg.spark.reading.plain_readers import PlainBatchReader
 
             return PlainBatchReader(opts, schema)
-        from controlmsg.spark.reading import BatchReader
+        from controlmsg.spark.reading.batch_reader import BatchReader
 
         return BatchReader(opts, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         opts = ReadOptions.parse(self.options)
         if opts.plain:
-            from controlmsg.spark.plain import PlainStreamReader
+            from controlmsg.spark.reading.plain_readers import PlainStreamReader
 
             return PlainStreamReader(opts, schema)
-        from controlmsg.spark.reading import StreamReader
+        from controlmsg.spark.reading.stream_reader import StreamReader
 
         return StreamReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from controlmsg.spark.writing import BatchWriter
+        from controlmsg.spark.writing.batch_writer import BatchWriter
 
         _append_only(overwrite)
         _refuse_kafka_shapes(self.options, schema)
         return BatchWriter(WriteOptions.parse(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from controlmsg.spark.writing import StreamWriter
+        from controlmsg.spark.writing.stream_writer import StreamWriter
 
         _append_only(overwrite)
         _refuse_kafka_shapes(self.options, schema)

@@ -6,7 +6,7 @@ A streaming DataFrame read with ``format("controlmsg")`` and a schema that decla
 watermark in two ways: every record's ``_watermark`` (the watermark in force when it was read;
 ``_partition_watermark`` is its own partition's), and one *watermark row* (``_control`` true, every other
 field null) after each micro-batch in which the watermark moved or the stream ended
-(``_watermark`` then is :data:`~controlmsg.spark.reading.END_OF_TIME_MS`).
+(``_watermark`` then is :data:`~controlmsg.spark.query_log.END_OF_TIME_MS`).
 
 :func:`with_watermark` turns that into Spark's own watermark on the event-time column, so that
 ``groupBy(window(ts, ...))`` in append mode, ``applyInPandasWithState`` with event-time timeouts and

@@ -26,9 +26,9 @@ or ``to_avro(...)`` made in the JVM, as ``format("kafka")`` takes its ``value`` 
 row's columns as one JSON object, made in Python), ``commitRows`` (a batch write task commits about every
 this many rows, so that readers get its records as it writes; a retry resumes after what was committed,
 and fails rather than write twice when its input is not the same rows in the same order: see
-:mod:`controlmsg.spark.chunks`; default: one transaction per task). A stream writer reads its query's offset log under
-``checkpointLocation`` (the option Spark passes to the sink) for the stage's watermark and the end of its
-input (see :mod:`controlmsg.spark.writing`); it must be on the driver's local file system, or the query is
+:mod:`controlmsg.spark.writing.chunks`; default: one transaction per task). A stream writer reads its query's
+offset log under ``checkpointLocation`` (the option Spark passes to the sink) for the stage's watermark and the end of
+its input (see :mod:`controlmsg.spark.writing`); it must be on the driver's local file system, or the query is
 refused when it starts unless ``stageProgress`` is ``driver`` (the driver program follows the query with
 ``controlmsg.spark.await_stage``, which writes the stage's watermark and end of stream from the query's
 progress: for a checkpoint anywhere) or ``eventTime`` (the weaker rule: the largest ``eventTime`` minus
@@ -36,7 +36,7 @@ progress: for a checkpoint anywhere) or ``eventTime`` (the weaker rule: the larg
 
 Readers also take ``partitionsPerTask`` and ``maxTasks`` (how partitions are grouped into reading tasks:
 given either, groups of ``partitionsPerTask`` (default 1) partitions, fewer tasks than ``maxTasks``; given
-neither, groups by the records the partitions hold, see :mod:`controlmsg.spark.planning`), ``batchRows``
+neither, groups by the records the partitions hold, see :mod:`controlmsg.spark.reading.planning`), ``batchRows``
 (rows per Arrow batch, default 10000) and, streaming only, ``maxOffsetsPerTrigger`` (at most this many records per
 micro-batch) and ``maxScanMs`` (how long the driver scans for one micro-batch at most, default 2000; a scan
 ends earlier at what was readable when it began).
@@ -52,8 +52,8 @@ options (:mod:`controlmsg.spark.positions`): ``subscribe`` (several topics), ``s
 ``endingTimestamp``, ``endingOffsetsByTimestamp``, ``failOnDataLoss`` (default true), for a stream
 ``minOffsetsPerTrigger`` and ``maxTriggerDelay``; an ``availableNow`` query stops at the offsets there when
 it starts; with ``availableNowEnds true`` that is the end of the input, which a ``controlmsg`` stream writer
-passes on as the end of its stream. See :mod:`controlmsg.spark.plain`. An intermediate topic refuses these
-(``subscribe`` of one topic is its ``topic``). ``includeHeaders true``: a read without a schema has the
+passes on as the end of its stream. See :mod:`controlmsg.spark.reading.plain_readers`. An intermediate topic refuses
+these (``subscribe`` of one topic is its ``topic``). ``includeHeaders true``: a read without a schema has the
 column ``headers`` (:mod:`controlmsg.spark.batches` lists the columns a declared schema can ask for).
 
 Bad records (a value that is not JSON or not a JSON object, a field that does not fit its type, a key or
@@ -62,7 +62,7 @@ raw value that is not UTF-8 but read as a string), as Spark's JSON and CSV sourc
 ``PERMISSIVE`` (the row is kept; the schema must declare the string or binary column
 ``columnNameOfCorruptRecord``, default ``_corrupt_record``, which holds the record's value) or
 ``DROPMALFORMED`` (the row is left out and the record written to ``deadLetterTopic``, which this mode
-requires; ``deadLetterTopic`` alone means this mode). See :mod:`controlmsg.spark.bad_records`.
+requires; ``deadLetterTopic`` alone means this mode). See :mod:`controlmsg.spark.reading.bad_records`.
 
 ``kafkaConfig`` names a client properties file (Java's format, as Kafka's tools read it) read on the driver,
 under the ``kafka.*`` options: secrets can stay out of the query's options. Settings may be given in the
@@ -317,7 +317,7 @@ class ReadOptions:
     timeout: float | None
     partitions_per_task: int | None
     """``None``: not given; then, and without ``maxTasks``, partitions are grouped by the records they hold
-    (:func:`controlmsg.spark.planning.task_groups`)."""
+    (:func:`controlmsg.spark.reading.planning.task_groups`)."""
     max_tasks: int | None
     batch_rows: int
     max_offsets_per_trigger: int | None
@@ -327,7 +327,7 @@ class ReadOptions:
     dead_letter_topic: str | None = None
     plain: bool = False
     """Option ``envelope none``: the topic holds plain records, not controlmsg envelopes
-    (:mod:`controlmsg.spark.plain`)."""
+    (:mod:`controlmsg.spark.reading.plain_readers`)."""
     subscription: Subscription = field(default_factory=Subscription)
     """What is read: ``topic``, or for a plain topic ``subscribe`` (several), ``subscribePattern`` or
     ``assign`` (:mod:`controlmsg.spark.positions`); ``topic`` above is its :attr:`~Subscription.label`."""
@@ -394,7 +394,7 @@ class WriteOptions:
     checkpoint: str | None = None
     commit_rows: int | None = None
     """Option ``commitRows``: a batch write task commits about every this many rows
-    (:mod:`controlmsg.spark.chunks`); ``None``: one transaction per task."""
+    (:mod:`controlmsg.spark.writing.chunks`); ``None``: one transaction per task."""
     stage_progress: str = STAGE_PROGRESS_OFFSET_LOG
     """Where a stream writer learns the stage's watermark and the end of its input:
     :data:`STAGE_PROGRESS_OFFSET_LOG`, :data:`STAGE_PROGRESS_DRIVER` or :data:`STAGE_PROGRESS_EVENT_TIME`

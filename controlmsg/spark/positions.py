@@ -54,6 +54,7 @@ __all__ = [
     "EARLIEST",
     "LATEST",
     "Bound",
+    "PartitionRef",
     "Positions",
     "Subscription",
     "parse_positions",
@@ -66,7 +67,9 @@ LATEST: Final = -1
 """In a JSON of offsets: the partition's end (Spark's -1)."""
 DEFAULT_MAX_TRIGGER_DELAY_MS: Final = 15 * 60 * 1000
 
-TopicPartition = tuple[str, int]
+PartitionRef = tuple[str, int]
+"""A topic and one of its partitions, ``(topic, partition)``: a key, not confluent-kafka's ``TopicPartition``
+(which carries an offset and more)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +79,7 @@ class Subscription:
 
     topics: tuple[str, ...] = ()
     pattern: str | None = None
-    assigned: tuple[TopicPartition, ...] = ()
+    assigned: tuple[PartitionRef, ...] = ()
 
     @property
     def label(self) -> str:
@@ -104,7 +107,7 @@ class Bound:
     offsets: tuple[tuple[str, int, int], ...] = ()
     timestamp: int | None = None
 
-    def per_partition(self) -> dict[TopicPartition, int]:
+    def per_partition(self) -> dict[PartitionRef, int]:
         return {(t, p): o for t, p, o in self.offsets}
 
 

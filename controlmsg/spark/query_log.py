@@ -7,8 +7,8 @@ reads up to (``-`` for a source without one). Version ``v1`` (Spark's default) w
 version ``v2`` (``spark.sql.streaming.offsetLog.formatVersion=2``, Spark 4.1+) prefixes it with the source's
 id and a colon (``0:{...}``). A ``controlmsg`` source's offset holds its bookkeeping, whose ``streamEnded``
 says whether every upstream task has ended; a plain topic's (``envelope none``,
-:mod:`controlmsg.spark.plain`) says ``"ended": true`` when its input ended. A query with a stateful operator
-has a ``state`` directory beside ``offsets``. The sink's ``commit`` runs after the micro-batch, so the file
+:mod:`controlmsg.spark.reading.plain_readers`) says ``"ended": true`` when its input ended. A query with a stateful
+operator has a ``state`` directory beside ``offsets``. The sink's ``commit`` runs after the micro-batch, so the file
 is there. This is Spark's offset log format (``OffsetSeqLog``), read only.
 
 **Where it can be read.** The sink's ``commit`` runs in a Python worker of the driver, which has no way
@@ -220,7 +220,7 @@ def offset_ended(line: str) -> bool:
         return False
     if not isinstance(offset, dict):
         return False
-    if offset.get("envelope") == "none":  # a plain topic (controlmsg.spark.plain)
+    if offset.get("envelope") == "none":  # a plain topic (controlmsg.spark.reading.plain_readers)
         return offset.get("ended") is True
     book = offset.get("bookkeeping")
     return isinstance(book, dict) and book.get("streamEnded") is True

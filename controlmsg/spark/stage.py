@@ -27,7 +27,7 @@ all there is to say up to its micro-batch), so the progress is polled, not every
 One case is left to the user: a driver killed after the last micro-batch committed and before its end of
 stream was written, then started again, finds nothing left to run and so no progress to end on;
 :func:`await_stage` then raises :class:`StageNotEnded`, which says to check the input and call
-:func:`~controlmsg.spark.writing.end_stream`: what it cannot know, it does not guess.
+:func:`~controlmsg.spark.writing.run_control.end_stream`: what it cannot know, it does not guess.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from controlmsg.kafka.admin import wait_for_topic
 from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
 from controlmsg.spark.options import STAGE_PROGRESS_DRIVER, WriteOptions
 from controlmsg.spark.query_log import END_OF_TIME_MS, StageProgress, offset_ended
-from controlmsg.spark.writing import run_status, upstream_of
+from controlmsg.spark.writing.run_control import run_status, upstream_of
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery

@@ -23,11 +23,8 @@ The two task bodies are plain Python and need no Spark; the example jobs ``spark
 ``spark_jobs.runtime.window`` run them inside :func:`run_long_running_tasks`.
 
 **When to use it rather than Structured Streaming stages.** When a window's result must be readable as
-soon as the reconciled watermark passes its end, or when the chain must carry a high rate: measured side
-by side (docs/STREAMING.md, "The same chain as three Structured Streaming queries"), its window results
-were readable 1.1 s (median) after the generator wrote their end, against 11 s for Spark's Kafka
-connector chain and 26 s for the same chain as three Structured Streaming queries (one run on 2 cores:
-read the ratios), and it carried 32,367 records/s through the two hops over a backlog, 3x the stages'. Write
+soon as the reconciled watermark passes its end, or when the chain must carry a high rate (the chain on
+both engines side by side: docs/STREAMING.md, "The same chain as three Structured Streaming queries"). Write
 your own stages with Structured Streaming instead when you want Spark's operators, checkpoints and sinks
 and can live with micro-batch latency. What this runtime costs: a core per Spark task for the whole run,
 windowing in Python (tumbling windows with counts and sums), rescaling only between runs.

@@ -25,14 +25,23 @@ from pyspark.sql import functions as F
 from controlmsg.spark import run_status
 from spark_jobs import description
 from spark_jobs.checks import duration_problems, positive_problems, sum_problems, typed_sums
-from spark_jobs.common import add_common_options, add_data_headers_option, controlmsg_options, job_logger, run_job
+from spark_jobs.common import (
+    add_common_options,
+    add_data_headers_option,
+    add_partitions_option,
+    add_window_options,
+    add_window_topic_options,
+    controlmsg_options,
+    job_logger,
+    run_job,
+)
 from spark_jobs.events import parse_duration, read_parsed, top_column
 
 __all__ = ["COMMIT_ROWS", "aggregate_windows", "build_parser", "check_arguments", "main", "run"]
 
 COMMIT_ROWS = 50_000
-"""Results per transaction of a write task by default: at the sink's read of about 350k results a second
-on this project's machine, two tasks' last chunks are about 0.3 s of reading after the end of stream."""
+"""Results per transaction of a write task by default: small enough that the last chunks, all the sink has
+left to read after the end of stream, take it a fraction of a second (docs/PERFORMANCE.md, "COMMIT_ROWS")."""
 
 
 def aggregate_windows(records: DataFrame, window_ms: int, sums: Sequence[str]) -> DataFrame:
@@ -51,14 +60,9 @@ def aggregate_windows(records: DataFrame, window_ms: int, sums: Sequence[str]) -
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spark_jobs.batch.window_aggregate", description=description(__doc__))
-    p.add_argument("--input-topic", required=True)
-    p.add_argument("--output-topic", required=True)
-    p.add_argument("--window", required=True, help="tumbling window length, e.g. 15m, 1h, 1d")
-    p.add_argument("--sum", action="append", default=[], metavar="COL[:TYPE]",
-                   help="a column to sum (repeatable); TYPE long or double declares its type, which lets the "
-                        "data source parse the values in the reading tasks (faster); without it the type comes "
-                        "from the data (double when a value has a fraction or an exponent)")
-    p.add_argument("--partitions", type=int, default=4, help="output topic partitions (created if missing)")
+    add_window_topic_options(p)
+    add_window_options(p)
+    add_partitions_option(p)
     p.add_argument("--tasks", type=int, default=2, help="output write tasks")
     p.add_argument("--commit-rows", type=int, default=COMMIT_ROWS,
                    help="a write task commits about every this many results (option commitRows), so that the "
@@ -82,14 +86,10 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     started = time.monotonic()
     window_ms = parse_duration(args.window)
     log.info("reading topic %s (run %s) until end of stream", args.input_topic, args.run_id)
-    # Read into a cache of parsed columns, then count them (and type the undeclared sums) in one pass over
-    # the cache (read_parsed): the read overlaps the upstream's writing, and each value is parsed once.
-    # Caching the raw records instead and parsing them after (a type probe, then a typed parse) measured
-    # the same at 1M records and 13% slower at 10M (173 s against 199 s for the whole pipeline), where the
-    # raw records no longer fit the cache's memory; parsing and aggregating inside the reading tasks (one
-    # pass, both possible sums per column, the type chosen after) measured slower at 1M: 27.7-28.1 s
-    # against 24.7 s for this job alone. Every reading task holds a core until its partitions end: at most
-    # as many tasks as the application has cores, so that all of them read at once.
+    # Read into a cache of parsed columns, counted (and the undeclared sums typed) in one pass (read_parsed): the
+    # read overlaps the upstream's writing and each value is parsed once (the alternatives measured slower:
+    # docs/PERFORMANCE.md, "window_aggregate's read"). A reading task holds a core until its partitions end:
+    # at most as many tasks as the application has cores, so that all of them read at once.
     sums = typed_sums(args.sum)
     source = controlmsg_options(args, config, args.input_topic, maxTasks=str(spark.sparkContext.defaultParallelism))
     parsed, records, rows_in = read_parsed(spark, source, {"key": "string", "event_ms": "long"}, sums)
@@ -99,7 +99,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     options = controlmsg_options(args, config, args.output_topic, job="window", key="key",
                                  eventTime="window_start", partitions=str(args.partitions),
                                  dataHeaders=args.data_headers, commitRows=str(args.commit_rows))
-    # Each write task commits every --commit-rows results (controlmsg.spark.chunks), so the sink reads them
+    # Each write task commits every --commit-rows results (controlmsg.spark.writing.chunks), so the sink reads them
     # while this job writes and only the last chunks are left after the end of stream. A retried task
     # resumes after its committed chunks, which needs its rows in the same order again: hence the sort on
     # the unique (key, window_start) within each task's share.

@@ -28,7 +28,10 @@ from spark_jobs.checks import duration_problems, positive_problems
 from spark_jobs.common import (
     STREAMING_TASK_ATTEMPTS,
     add_common_options,
+    add_partitions_option,
     add_stall_limit_option,
+    add_window_options,
+    add_window_topic_options,
     job_logger,
     run_job,
 )
@@ -39,11 +42,9 @@ __all__ = ["build_parser", "check_arguments", "main", "run"]
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spark_jobs.runtime.window", description=description(__doc__))
-    p.add_argument("--input-topic", required=True)
-    p.add_argument("--output-topic", required=True)
-    p.add_argument("--window", required=True, help="tumbling window length, e.g. 15m")
-    p.add_argument("--sum", action="append", default=[], help="a column to sum (repeatable)")
-    p.add_argument("--partitions", type=int, default=4, help="output topic partitions (created if missing)")
+    add_window_topic_options(p)
+    add_window_options(p)
+    add_partitions_option(p)
     p.add_argument("--tasks", type=int, help=argparse.SUPPRESS)  # before tasks were per partition; ignored
     p.add_argument("--commit-interval", default="1s", help="how often results and state are committed")
     p.add_argument("--late-topic", help="default: <output-topic>-late")

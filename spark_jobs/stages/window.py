@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs import description
 from spark_jobs.checks import duration_problems, positive_problems, sum_problems
-from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
+from spark_jobs.common import (
+    add_common_options,
+    add_partitions_option,
+    add_window_options,
+    add_window_topic_options,
+    controlmsg_options,
+    job_logger,
+    run_job,
+)
 from spark_jobs.stages.common import (
     add_stage_options,
     phase_options,
@@ -45,12 +53,9 @@ __all__ = ["build_parser", "main", "run", "window_queries"]
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spark_jobs.stages.window", description=description(__doc__))
-    p.add_argument("--input-topic", required=True)
-    p.add_argument("--output-topic", required=True)
-    p.add_argument("--window", required=True, help="tumbling window size (1m, 1h, ...)")
-    p.add_argument("--sum", action="append", default=[], metavar="COL[:TYPE]",
-                   help="a column to sum per window (repeatable); TYPE long or double (default double)")
-    p.add_argument("--partitions", type=int, default=4, help="output topic partitions (created if missing)")
+    add_window_topic_options(p)
+    add_window_options(p)
+    add_partitions_option(p)
     add_stage_options(p)
     add_common_options(p)
     return p

@@ -85,7 +85,7 @@ def test_control_messages_grow_with_partitions_and_reading_tasks_with_the_data(
     """Issue 24: 40 write tasks into 48 partitions leave 48 control messages (the driver's end of stream,
     one per partition), not 40 x 48; reading back 80 records plans 8 reading tasks (the default floor), not
     one per partition, and a reader's bookkeeping holds one task per partition."""
-    from controlmsg.spark.planning import MIN_TASKS as _MIN_TASKS
+    from controlmsg.spark.reading.planning import MIN_TASKS as _MIN_TASKS
 
     topic = new_topic(48)
     df = spark.range(80, numPartitions=40).selectExpr("concat('u', id % 13) AS user", "id AS n")
@@ -140,7 +140,7 @@ def test_a_value_column_is_the_payload_as_it_is(spark: SparkSession, bootstrap_s
 def test_flat_rows_are_the_same_json_made_in_arrow(spark: SparkSession, bootstrap_servers: str,
                                                   new_topic: Callable[..., str]) -> None:
     """Rows of strings, numbers and booleans only are made JSON column by column in Arrow
-    (controlmsg.spark.arrow_json): each record's value is the row's JSON as orjson makes it (NaN and
+    (controlmsg.spark.writing.arrow_json): each record's value is the row's JSON as orjson makes it (NaN and
     infinities null, doubles stay doubles), and a batch with a control character in a string goes the orjson
     way, escaped; both read back as written."""
     flat = "user string, n long, i int, score double, f float, ok boolean"

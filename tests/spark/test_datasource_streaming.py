@@ -390,8 +390,8 @@ def test_a_micro_batch_replayed_with_other_max_tasks_reads_with_the_tasks_it_was
     from pyspark.sql.types import StructType
 
     from controlmsg.spark.options import ReadOptions
-    from controlmsg.spark.planning import StreamRange
-    from controlmsg.spark.reading import StreamReader
+    from controlmsg.spark.reading.planning import StreamRange
+    from controlmsg.spark.reading.stream_reader import StreamReader
 
     topic = new_topic(6)
     up = Upstream(kafka_config, topic)

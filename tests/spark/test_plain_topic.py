@@ -82,7 +82,7 @@ def test_a_plain_topic_refuses_watermark_columns(spark: SparkSession, bootstrap_
     from pyspark.sql.types import StructType
 
     from controlmsg.spark.options import ReadOptions
-    from controlmsg.spark.plain import PlainBatchReader, PlainStreamReader
+    from controlmsg.spark.reading.plain_readers import PlainBatchReader, PlainStreamReader
 
     schema = StructType.fromDDL(f"{SCHEMA}, _watermark timestamp")
     assert isinstance(schema, StructType)
@@ -250,7 +250,8 @@ def test_failOnDataLoss_fails_on_deleted_offsets_or_reads_on(
     from pyspark.sql.types import StructType
 
     from controlmsg.spark.options import ReadOptions
-    from controlmsg.spark.plain import DataLoss, PlainStreamReader
+    from controlmsg.spark.reading.plain_offsets import DataLoss
+    from controlmsg.spark.reading.plain_readers import PlainStreamReader
 
     topic = new_topic(1)
     produce_timed(kafka_config, topic, 1, 10)
@@ -291,7 +292,7 @@ def test_a_stream_waits_for_minOffsetsPerTrigger_at_most_maxTriggerDelay(
     from pyspark.sql.types import LongType, StructField, StructType
 
     from controlmsg.spark.options import ReadOptions
-    from controlmsg.spark.plain import PlainStreamReader
+    from controlmsg.spark.reading.plain_readers import PlainStreamReader
 
     topic = new_topic(2)
     schema = StructType([StructField("id", LongType())])  # no SparkSession needed for the driver's side

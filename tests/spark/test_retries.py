@@ -23,7 +23,7 @@ from controlmsg.kafka import ControlReader, ControlWriter
 from controlmsg.kafka.markers import MarkerStore
 from controlmsg.spark import ControlMsgDataSource, run_status
 from controlmsg.spark.options import WriteOptions
-from controlmsg.spark.writing import BatchWriter
+from controlmsg.spark.writing.batch_writer import BatchWriter
 from tests.spark.helpers import SCHEMA, make_rows, options, read
 from tests.spark.topic_dump import count_by, dump_topic
 

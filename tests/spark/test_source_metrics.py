@@ -2,7 +2,7 @@
 
 * Every ``StreamingQueryProgress`` of a ``controlmsg`` stream carries the source's latest offsets, its lag
   behind them under the Kafka connector's names, and (intermediate topic) its upstream tasks, in
-  ``sources[i].latestOffset`` (:mod:`controlmsg.spark.source_progress`: Spark gives a Python source no
+  ``sources[i].latestOffset`` (:mod:`controlmsg.spark.reading.source_metrics`: Spark gives a Python source no
   ``metrics`` map).
 * Spark's own per-query gauge ``eventTime-watermark``, scraped from Spark's Prometheus endpoint of a session
   of its own (UI on a free port), is the reconciled watermark of a query on

@@ -1,4 +1,4 @@
-"""A write task's flat rows made JSON in Arrow (controlmsg.spark.arrow_json) against the orjson path it stands
+"""A write task's flat rows made JSON in Arrow (controlmsg.spark.writing.arrow_json) against the orjson path it stands
 in for: the same envelope and the same values, parsed (the same bytes but for doubles such as 1e10, which
 orjson spells out in full), for every type it takes; ``None`` (the orjson path) for anything else."""
 
@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controlmsg.core.codec import encode_json_rows, encode_user
-from controlmsg.spark.arrow_json import flat_json_envelopes
-from controlmsg.spark.writing import _JSON_OPTIONS, _json_default
+from controlmsg.spark.writing.arrow_json import flat_json_envelopes
+from controlmsg.spark.writing.task import _JSON_OPTIONS, _json_default
 
 ENVELOPE = encode_user(b"")
 PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controlmsg.errors import ControlMsgError
-from controlmsg.spark.chunks import Chunks, digest_of
+from controlmsg.spark.writing.chunks import Chunks, digest_of
 
 _rows = st.lists(st.tuples(st.binary(max_size=12), st.one_of(st.none(), st.text(max_size=5))), max_size=40)
 

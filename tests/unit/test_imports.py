@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import os
 import shutil
 import subprocess
@@ -47,6 +48,11 @@ import controlmsg.kafka.settings
 import controlmsg.spark
 import controlmsg.spark.class_archive
 import controlmsg.spark.options
+import controlmsg.spark.positions
+import controlmsg.spark.reading  # the reading and writing parts load their modules when a name is used
+import controlmsg.spark.reading.source_metrics
+import controlmsg.spark.writing
+import controlmsg.spark.writing.run_control
 import controlmsg.streaming
 import controlmsg.streaming.ingest
 import controlmsg.streaming.log
@@ -261,6 +267,19 @@ def test_a_deprecated_alias_reexports_its_replacement(old: str, new: str) -> Non
     assert set(alias.__all__) == set(replacement.__all__)
     for name in replacement.__all__:
         assert getattr(alias, name) is getattr(replacement, name), name
+
+
+@pytest.mark.parametrize("package", ["controlmsg.spark", "controlmsg.spark.reading", "controlmsg.spark.writing"])
+def test_a_lazy_package_finds_each_public_name_where_it_is_defined(package: str) -> None:
+    """A package that loads its modules when a name is used (``_WHERE``: name -> module) names exactly its
+    ``__all__`` there, and each name, a class or function, is the one its module defines."""
+    module = importlib.import_module(package)
+    assert set(module._WHERE) == set(module.__all__)
+    for name, where in module._WHERE.items():
+        value = getattr(module, name)
+        assert value is getattr(importlib.import_module(where), name), name
+        if isinstance(value, type) or inspect.isfunction(value):
+            assert value.__module__ == where, (name, value.__module__)
 
 
 # The Spark image builds the class archive from a few files of the project only (docker/spark/Dockerfile):

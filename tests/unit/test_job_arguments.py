@@ -123,3 +123,35 @@ def test_the_help_describes_the_job_in_whole_sentences(module: str, capsys: pyte
     want = description(job.__doc__)
     assert want.endswith(".") and "\n" not in want, want
     assert want in " ".join(capsys.readouterr().out.split())
+
+
+def _help_entry(help_text: str, flag: str) -> str:
+    """The ``--help`` entry of ``flag`` (its line and the help's continuation lines), without whitespace, so
+    that the column argparse wraps at does not count."""
+    lines = help_text.split("options:", 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"  {flag} "))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("  -") or not lines[i].strip()),
+               len(lines))
+    return "".join("".join(lines[start:end]).split())
+
+
+def test_the_window_jobs_and_the_pipeline_share_one_window_and_sum_option(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--window`` and ``--sum`` are defined once (:func:`spark_jobs.common.add_window_options`): the three
+    window jobs and the pipeline show the same help for them."""
+    from spark_jobs import pipeline
+    from spark_jobs.common import SUM_HELP, WINDOW_HELP
+    from spark_jobs.runtime import window as runtime_window
+    from spark_jobs.stages import window as stages_window
+
+    helps = {}
+    for name, main, argv in (("batch", window_aggregate.main, ["--help"]),
+                             ("stages", stages_window.main, ["--help"]),
+                             ("runtime", runtime_window.main, ["--help"]),
+                             ("pipeline", pipeline.main, ["windowed-count", "--help"])):
+        with pytest.raises(SystemExit):
+            main(argv)
+        helps[name] = capsys.readouterr().out
+    for flag, text in (("--window", WINDOW_HELP), ("--sum", SUM_HELP)):
+        entries = {name: _help_entry(out, flag) for name, out in helps.items()}
+        assert len(set(entries.values())) == 1, entries
+        assert "".join(text.split()) in entries["pipeline"]

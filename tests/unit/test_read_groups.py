@@ -1,4 +1,4 @@
-"""How a read's partitions are grouped into Spark tasks (``controlmsg.spark.planning.task_groups``): given
+"""How a read's partitions are grouped into Spark tasks (``controlmsg.spark.reading.planning.task_groups``): given
 ``partitionsPerTask`` or ``maxTasks``, as the user said; given neither, by the offsets the partitions hold,
 so that a read of few records in many partitions has few tasks (issue 24). No Spark session needed."""
 
@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controlmsg.spark.options import ReadOptions
-from controlmsg.spark.planning import MIN_TASKS as _MIN_TASKS
-from controlmsg.spark.planning import RECORDS_PER_TASK as _RECORDS_PER_TASK
-from controlmsg.spark.planning import task_groups as _groups
+from controlmsg.spark.reading.planning import MIN_TASKS as _MIN_TASKS
+from controlmsg.spark.reading.planning import RECORDS_PER_TASK as _RECORDS_PER_TASK
+from controlmsg.spark.reading.planning import task_groups as _groups
 
 BASE = {"topic": "t", "runId": "r", "kafka.bootstrap.servers": "b:1"}
 

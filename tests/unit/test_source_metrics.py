@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from controlmsg.core.bookkeeping import InputTracker
 from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
 from controlmsg.errors import TopicError
-from controlmsg.spark.source_progress import lag_metrics, lag_report, report, source_metrics, upstream_metrics
+from controlmsg.spark.reading.source_metrics import lag_metrics, lag_report, report, source_metrics, upstream_metrics
 
 T0 = 1_767_225_600_000
 

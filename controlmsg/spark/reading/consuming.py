@@ -1,12 +1,12 @@
 """How the readers of ``format("controlmsg")`` consume: the consumer's settings, the poll wait, and the one
 loop of a reading task over the offset ranges its driver planned (a micro-batch of an intermediate
-topic, :mod:`controlmsg.spark.reading`; a batch or a micro-batch of a plain topic,
-:mod:`controlmsg.spark.plain`).
+topic, :mod:`controlmsg.spark.reading.envelope_records`; a batch or a micro-batch of a plain topic,
+:mod:`controlmsg.spark.reading.plain_records`).
 
 The loop is the same for both: a consumer assigned at each range's start, polls, the planned end of
 each partition, Arrow batches of ``batchRows`` rows (:mod:`controlmsg.spark.batches`), the bad records
-set aside (:mod:`controlmsg.spark.bad_records`). What a reader makes of the messages is its hook, a
-:class:`RangeRecords`: the envelope reader keeps the run's user records with their watermark marks and
+set aside (:mod:`controlmsg.spark.reading.bad_records`). What a reader makes of the messages is its hook,
+a :class:`RangeRecords`: the envelope reader keeps the run's user records with their watermark marks and
 feeds control messages to the bookkeeping; the plain reader keeps every record as it is.
 """
 
@@ -24,9 +24,9 @@ from controlmsg.kafka.periodic_log import Progress
 from controlmsg.kafka.reader import DataColumns
 from controlmsg.kafka.refusals import check_client, mark_reached
 from controlmsg.kafka.settings import for_client, worker_logging
-from controlmsg.spark.bad_records import SetAside
 from controlmsg.spark.batches import Builder, Mark
 from controlmsg.spark.options import ReadOptions
+from controlmsg.spark.reading.bad_records import SetAside
 
 __all__ = ["POLL_S", "RangeRecords", "consumer_conf", "read_ranges"]
 
@@ -91,7 +91,7 @@ def read_ranges(opts: ReadOptions, build: Builder, ranges: Sequence[tuple[int, i
     its planned end: the last offsets of a plain topic may be transaction markers or aborted records,
     which ``read_committed`` does not deliver.
 
-    Each batch's bad records are handled (:class:`~controlmsg.spark.bad_records.SetAside`: logged,
+    Each batch's bad records are handled (:class:`~controlmsg.spark.reading.bad_records.SetAside`: logged,
     dead letters acknowledged) before the batch is yielded. Raises :class:`~controlmsg.errors.ReadError`
     when the consumer fails, or when the open partitions give no record for ``timeout`` (else 120) s
     before their planned end; the builder's and the hook's errors pass through. The consumer is closed

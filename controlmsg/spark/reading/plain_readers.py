@@ -13,11 +13,13 @@ What is read and where it starts and stops are ``format("kafka")``'s options in 
 ``assign``; ``startingOffsets`` (``earliest``, the default, ``latest`` or JSON per partition),
 ``startingTimestamp``, ``startingOffsetsByTimestamp`` and ``startingOffsetsByTimestampStrategy``; for a batch
 ``endingOffsets``, ``endingTimestamp``, ``endingOffsetsByTimestamp``; ``failOnDataLoss``; for a stream
-``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` and ``maxTriggerDelay``.
+``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` and ``maxTriggerDelay``. The offsets they name are looked
+up on the cluster by :mod:`controlmsg.spark.reading.plain_offsets`; a task reads its share with
+:mod:`controlmsg.spark.reading.plain_records`.
 
 * **Batch** (``spark.read``): each partition from its starting offset (the log start by default) to its
   ending offset (its end at planning time by default; ``read_committed``: the last stable offset), grouped
-  into tasks as an intermediate topic's partitions are (:mod:`controlmsg.spark.planning`), a task reading
+  into tasks as an intermediate topic's partitions are (:mod:`controlmsg.spark.reading.planning`), a task reading
   one topic.
 * **Streaming** (``spark.readStream``): a micro-batch reads each partition from the last offsets to its end
   offset when the micro-batch is planned (at most ``maxOffsetsPerTrigger`` records in all, shared by the
@@ -50,49 +52,43 @@ the next micro-batch.
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Final, cast
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Final
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from controlmsg.errors import ControlMsgError
-from controlmsg.kafka.admin import LatestOffsets, wait_for_topic, watermark_offsets
-from controlmsg.kafka.reader import DataColumns
-from controlmsg.spark.bad_records import check_dead_letters
-from controlmsg.spark.batches import WATERMARK_FIELDS, Mark, batch_builder
-from controlmsg.spark.consuming import consumer_conf, read_ranges
+from controlmsg.kafka.admin import LatestOffsets
+from controlmsg.spark.batches import WATERMARK_FIELDS, batch_builder
 from controlmsg.spark.options import ReadOptions
-from controlmsg.spark.planning import PlainRanges, plain_groups
-from controlmsg.spark.positions import EARLIEST, LATEST, Bound, Positions
-from controlmsg.spark.source_progress import REPORT_TIMEOUT_S, SOURCE, lag_metrics, lag_report
+from controlmsg.spark.positions import PartitionRef
+from controlmsg.spark.reading.consuming import consumer_conf
+from controlmsg.spark.reading.plain_offsets import (
+    DataLoss,
+    describe_parts,
+    discover_partitions,
+    ending_offsets,
+    lost_offset,
+    partition_spans,
+    plain_positions,
+    starting_offsets,
+)
+from controlmsg.spark.reading.plain_records import read_plain_ranges
+from controlmsg.spark.reading.planning import PlainRanges, plain_groups
+from controlmsg.spark.reading.source_metrics import REPORT_TIMEOUT_S, SOURCE, lag_metrics, lag_report
 
-__all__ = ["DataLoss", "PlainBatchReader", "PlainStreamReader", "is_plain_offset"]
+__all__ = ["PlainBatchReader", "PlainStreamReader", "is_plain_offset"]
 
 _FORMAT: Final = 2
 _FORMAT_ONE_TOPIC: Final = 1
 """The offsets of a query started before several topics were read: ``{"offsets": {partition: offset}}`` of
 the one ``topic``; read still, never written."""
 _ENVELOPE: Final = "none"
-# The messages a reader's hook takes are never errors, so each has a partition and an offset (the stubs
-# allow None for an error's).
-_PARTITION: Final = cast("Callable[[Any], int]", Message.partition)
-_OFFSET: Final = cast("Callable[[Any], int]", Message.offset)
-_KEY: Final = Message.key
-_VALUE: Final = Message.value
-
-TP = tuple[str, int]
-"""A topic and one of its partitions."""
-
-
-class DataLoss(ControlMsgError):
-    """Offsets that a read of a plain topic was to read are gone (retention, a deleted topic or partition)
-    and ``failOnDataLoss`` is true (the default)."""
 
 
 def is_plain_offset(offset: Any) -> bool:
@@ -108,186 +104,17 @@ def _refuse_watermark(schema: StructType) -> None:
                              "withWatermark, and the controlmsg writer carries it onward")
 
 
-def _positions_of(opts: ReadOptions) -> Positions:
-    assert opts.positions is not None  # a plain read's options always have them
-    return opts.positions
-
-
-# ------------------------------------------------------------------------------------ the cluster's answers
-
-
-def _timeout(opts: ReadOptions) -> float:
-    return opts.timeout or 30.0
-
-
-def _discover(opts: ReadOptions, consumer: Consumer, *, wait: bool) -> list[TP]:
-    """The partitions the subscription reads now. ``wait``: each named topic (``topic``,
-    ``subscribe``, ``assign``) is waited for up to ``timeout`` (a read planned before its producer
-    started); otherwise the cluster's metadata is asked once, and a named topic that is not there is left
-    out (the caller decides what a topic gone means)."""
-    sub = opts.subscription
-    if wait and sub.pattern is None:
-        named = sub.topics or tuple(sorted({t for t, _ in sub.assigned}))
-        counts = {t: wait_for_topic(dict(opts.config), t, opts.timeout) for t in named}
-        check_dead_letters(opts)
-        if sub.assigned:
-            for t, p in sub.assigned:
-                if p >= counts[t]:
-                    raise ValueError(f"option 'assign': topic {t!r} has no partition {p} (it has {counts[t]})")
-            return list(sub.assigned)
-        return [(t, p) for t in named for p in range(counts[t])]
-    try:
-        metadata = consumer.list_topics(timeout=_timeout(opts))
-    except KafkaException as exc:
-        raise ControlMsgError(f"cannot list the topics of the cluster for {opts.topic!r}: {exc.args[0]}") from exc
-    found = {name: sorted(t.partitions) for name, t in metadata.topics.items() if t.error is None and t.partitions}
-    if wait:
-        check_dead_letters(opts)
-    if sub.pattern is not None:
-        return [(t, p) for t in sorted(found) if sub.matches(t) for p in found[t]]
-    if sub.assigned:
-        return [(t, p) for t, p in sub.assigned if p in found.get(t, ())]
-    return [(t, p) for t in sub.topics for p in found.get(t, ())]
-
-
-def _spans(opts: ReadOptions, consumer: Consumer, parts: Sequence[TP]) -> dict[TP, tuple[int, int]]:
-    """Each partition's (log start, end) offsets now; the end is the last stable offset under
-    ``read_committed`` (the reader's isolation level)."""
-    return {(t, p): watermark_offsets(consumer, t, p, _timeout(opts)) for t, p in parts}
-
-
-def _at_times(opts: ReadOptions, consumer: Consumer, stamps: Mapping[TP, int]) -> dict[TP, int | None]:
-    """Each partition's first offset whose record timestamp is at or after the given one (epoch ms);
-    ``None`` when it has none."""
-    if not stamps:
-        return {}
-    try:
-        found = consumer.offsets_for_times([TopicPartition(t, p, ts) for (t, p), ts in stamps.items()],
-                                           timeout=_timeout(opts))
-    except KafkaException as exc:
-        raise ControlMsgError(f"cannot look offsets up by timestamp on {opts.topic!r}: {exc.args[0]}") from exc
-    out: dict[TP, int | None] = {}
-    for tp in found:
-        if tp.error is not None:
-            raise ControlMsgError(f"cannot look offsets up by timestamp on topic {tp.topic!r} partition "
-                                  f"{tp.partition}: {tp.error.str()}")
-        out[(tp.topic, tp.partition)] = None if tp.offset < 0 else int(tp.offset)
-    return out
-
-
-# ------------------------------------------------------------------------------------ where a read starts, stops
-
-
-def _named(bound: Bound, parts: Sequence[TP]) -> dict[TP, int]:
-    """A JSON bound's numbers, checked to name every partition read and no other (as ``format("kafka")``
-    asks)."""
-    given = bound.per_partition()
-    missing = sorted(set(parts) - set(given))
-    unknown = sorted(set(given) - set(parts))
-    if missing or unknown:
-        raise ValueError(f"option {bound.option!r} must name every partition read, and only those (-2 earliest, "
-                         f"-1 latest): " + "; ".join(
-                             ([f"missing {_tps(missing)}"] if missing else []) +
-                             ([f"not read {_tps(unknown)}"] if unknown else [])))
-    return given
-
-
-def _tps(tps: Sequence[TP]) -> str:
-    return ", ".join(f"{t}:{p}" for t, p in tps[:8]) + (f" and {len(tps) - 8} more" if len(tps) > 8 else "")
-
-
-def _starts(opts: ReadOptions, consumer: Consumer, spans: Mapping[TP, tuple[int, int]], *,
-            batch: bool) -> dict[TP, int]:
-    """Where each partition is read from, by the starting options (``startingTimestamp``, else
-    ``startingOffsetsByTimestamp``, else ``startingOffsets``), checked against what the partitions hold."""
-    pos = _positions_of(opts)
-    bound = pos.starting
-    parts = sorted(spans)
-    if bound.kind == "earliest":
-        return {tp: lo for tp, (lo, _) in spans.items()}
-    if bound.kind == "latest":
-        if batch:
-            raise ValueError("option 'startingOffsets' latest is for streams: a batch read from the end reads "
-                             "nothing (format(\"kafka\") refuses it too)")
-        return {tp: hi for tp, (_, hi) in spans.items()}
-    if bound.kind in ("timestamp", "timestamps"):
-        stamps = ({tp: bound.timestamp for tp in parts if bound.timestamp is not None} if bound.kind == "timestamp"
-                  else _named(bound, parts))
-        found = _at_times(opts, consumer, stamps)
-        out = {}
-        for tp in parts:
-            offset = found.get(tp)
-            if offset is None:
-                if pos.timestamp_strategy == "error":
-                    raise ValueError(f"option {bound.option!r}: topic {tp[0]!r} partition {tp[1]} has no record at "
-                                     f"or after {stamps[tp]}; startingOffsetsByTimestampStrategy latest starts "
-                                     "such a partition at its end")
-                offset = spans[tp][1]
-            out[tp] = offset
-        return out
-    out = {}
-    for tp, offset in _named(bound, parts).items():
-        lo, hi = spans[tp]
-        if offset == LATEST:
-            if batch:
-                raise ValueError(f"option {bound.option!r}: -1 (latest) is for streams: a batch read from the end "
-                                 "reads nothing")
-            offset = hi
-        elif offset == EARLIEST:
-            offset = lo
-        elif offset < lo or offset > hi:
-            offset = _lost(opts, tp, offset, lo, hi, bound.option)
-        out[tp] = offset
-    return out
-
-
-def _ends(opts: ReadOptions, consumer: Consumer, spans: Mapping[TP, tuple[int, int]]) -> dict[TP, int]:
-    """Where a batch read stops on each partition (not read), by ``endingTimestamp``, else
-    ``endingOffsetsByTimestamp``, else ``endingOffsets``; a partition with no record at or after the
-    timestamp stops at its end, as in ``format("kafka")``."""
-    bound = _positions_of(opts).ending
-    parts = sorted(spans)
-    if bound.kind == "latest":
-        return {tp: hi for tp, (_, hi) in spans.items()}
-    if bound.kind in ("timestamp", "timestamps"):
-        stamps = ({tp: bound.timestamp for tp in parts if bound.timestamp is not None} if bound.kind == "timestamp"
-                  else _named(bound, parts))
-        found = _at_times(opts, consumer, stamps)
-        return {tp: spans[tp][1] if found.get(tp) is None else min(cast(int, found[tp]), spans[tp][1])
-                for tp in parts}
-    out = {}
-    for tp, offset in _named(bound, parts).items():
-        hi = spans[tp][1]
-        if offset == LATEST:
-            offset = hi
-        elif offset > hi:
-            raise ValueError(f"option {bound.option!r}: topic {tp[0]!r} partition {tp[1]} ends at {hi} now, before "
-                             f"{offset}: a batch read reads what is there")
-        out[tp] = offset
-    return out
-
-
-def _lost(opts: ReadOptions, tp: TP, offset: int, lo: int, hi: int, what: str) -> int:
-    """An offset to read from that the partition no longer holds (``[lo, hi]`` it holds): a
-    :class:`DataLoss` unless ``failOnDataLoss`` is false, which reads on from the log start."""
-    if _positions_of(opts).fail_on_data_loss:
-        raise DataLoss(f"topic {tp[0]!r} partition {tp[1]}: {what} is offset {offset}, but the partition holds "
-                       f"{lo} to {hi} now: records were lost (retention, or the topic made anew); the option "
-                       "failOnDataLoss false skips them and reads on")
-    return lo
-
-
 # ------------------------------------------------------------------------------------ offsets in Spark's log
 
 
-def _offset(positions: Mapping[TP, int], *, ended: bool) -> dict[str, Any]:
+def _offset(positions: Mapping[PartitionRef, int], *, ended: bool) -> dict[str, Any]:
     offsets: dict[str, dict[str, int]] = {}
     for (t, p), o in sorted(positions.items()):
         offsets.setdefault(t, {})[str(p)] = o
     return {"format": _FORMAT, "envelope": _ENVELOPE, "offsets": offsets, "ended": ended}
 
 
-def _positions(offset: dict[str, Any], opts: ReadOptions) -> dict[TP, int]:
+def _positions(offset: dict[str, Any], opts: ReadOptions) -> dict[PartitionRef, int]:
     if is_plain_offset(offset) and offset.get("format") == _FORMAT:
         return {(t, int(p)): int(o) for t, parts in offset["offsets"].items() for p, o in parts.items()}
     if is_plain_offset(offset) and offset.get("format") == _FORMAT_ONE_TOPIC and len(opts.subscription.topics) == 1:
@@ -308,7 +135,7 @@ def _logged_groups(end: dict[str, Any], opts: ReadOptions) -> list[tuple[str, li
     return [(str(t), [int(p) for p in ps]) for t, ps in groups]
 
 
-def _plan(begin: Mapping[TP, int], end: Mapping[TP, int], opts: ReadOptions,
+def _plan(begin: Mapping[PartitionRef, int], end: Mapping[PartitionRef, int], opts: ReadOptions,
           groups: list[tuple[str, list[int]]] | None = None) -> list[PlainRanges]:
     chosen = plain_groups(begin, end, opts) if groups is None else groups
     return [PlainRanges(t, [(p, begin.get((t, p), 0), end[(t, p)]) for p in ps]) for t, ps in chosen]
@@ -330,21 +157,21 @@ class PlainBatchReader(DataSourceReader):
         opts = self.opts
         consumer = Consumer(consumer_conf(opts, eof=False))
         try:
-            spans = _spans(opts, consumer, _discover(opts, consumer, wait=True))
-            begin = _starts(opts, consumer, spans, batch=True)
-            end = _ends(opts, consumer, spans)
+            spans = partition_spans(opts, consumer, discover_partitions(opts, consumer, wait=True))
+            begin = starting_offsets(opts, consumer, spans, batch=True)
+            end = ending_offsets(opts, consumer, spans)
         finally:
             consumer.close()
         for tp in sorted(spans):
             if begin[tp] > end[tp]:
-                pos = _positions_of(opts)
+                pos = plain_positions(opts)
                 raise ValueError(f"topic {tp[0]!r} partition {tp[1]}: the read would start at {begin[tp]} "
                                  f"({pos.starting.option}) after it ends at {end[tp]} ({pos.ending.option})")
         return _plan(begin, end, opts)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, PlainRanges)
-        return _read(self.opts, self.schema, partition)
+        return read_plain_ranges(self.opts, self.schema, partition)
 
 
 class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -354,7 +181,7 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         _refuse_watermark(schema)
         batch_builder(schema, options)
-        pos = _positions_of(options)
+        pos = plain_positions(options)
         if pos.ending_given:
             raise ValueError(f"option {pos.ending.option!r} is for batch reads; a stream reads on (to stop at what "
                              "the topic holds when it starts: trigger(availableNow=True), with availableNowEnds "
@@ -362,19 +189,19 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = options
         self.schema = schema
         self._consumer: Consumer | None = None
-        self._target: dict[TP, int] | None = None  # availableNow: the end of the input
+        self._target: dict[PartitionRef, int] | None = None  # availableNow: the end of the input
         self._last_trigger = 0.0  # minOffsetsPerTrigger: when the last micro-batch was planned (monotonic s)
         self._planned: dict[str, Any] | None = None  # what latestOffset returned last: reportLatestOffset's start
         self._latest: dict[str, LatestOffsets] = {}  # by topic
 
     def initialOffset(self) -> dict[str, Any]:
         consumer = self._open()
-        spans = _spans(self.opts, consumer, _discover(self.opts, consumer, wait=True))
-        return _offset(_starts(self.opts, consumer, spans, batch=False), ended=False)
+        spans = partition_spans(self.opts, consumer, discover_partitions(self.opts, consumer, wait=True))
+        return _offset(starting_offsets(self.opts, consumer, spans, batch=False), ended=False)
 
     def prepareForTriggerAvailableNow(self) -> None:
         consumer = self._open()
-        spans = _spans(self.opts, consumer, _discover(self.opts, consumer, wait=True))
+        spans = partition_spans(self.opts, consumer, discover_partitions(self.opts, consumer, wait=True))
         self._target = {tp: hi for tp, (_, hi) in spans.items()}
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -383,23 +210,23 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         opts = self.opts
-        pos = _positions_of(opts)
+        pos = plain_positions(opts)
         logged = _positions(start, opts)
         consumer = self._open()
-        spans = _spans(opts, consumer, _discover(opts, consumer, wait=False))
+        spans = partition_spans(opts, consumer, discover_partitions(opts, consumer, wait=False))
         gone = sorted(set(logged) - set(spans))
         if gone and pos.fail_on_data_loss:
-            raise DataLoss(f"{_tps(gone)} (topic:partition) of {opts.topic!r} are gone: a topic or partition was "
-                           "deleted; the option failOnDataLoss false reads on without them")
+            raise DataLoss(f"{describe_parts(gone)} (topic:partition) of {opts.topic!r} are gone: a topic or "
+                           "partition was deleted; the option failOnDataLoss false reads on without them")
         # Where this micro-batch reads each partition from: the logged offset, else a partition's log start
         # (one that appeared since, or whose offsets are gone under failOnDataLoss false).
-        reading: dict[TP, int] = {}
+        reading: dict[PartitionRef, int] = {}
         for tp, (lo, hi) in spans.items():
             at = logged.get(tp)
             if at is None:
                 reading[tp] = lo
             elif at < lo or at > hi:
-                reading[tp] = _lost(opts, tp, at, lo, hi, "the query's next offset")
+                reading[tp] = lost_offset(opts, tp, at, lo, hi, "the query's next offset")
             else:
                 reading[tp] = at
         if self._target is not None:
@@ -431,7 +258,7 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """The partitions' end offsets now and the lag behind them of the micro-batch just planned, for
-        the progress's ``latestOffset`` (:mod:`controlmsg.spark.source_progress`). A read of several topics
+        the progress's ``latestOffset`` (:mod:`controlmsg.spark.reading.source_metrics`). A read of several topics
         reports them as one: ``topic`` names them comma-separated, ``offsets`` is by topic (the shape of its
         own offsets) and the lag is over every partition of every topic."""
         if self._planned is None:
@@ -468,7 +295,7 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, PlainRanges)
-        return _read(self.opts, self.schema, partition)
+        return read_plain_ranges(self.opts, self.schema, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         pass  # the position lives in Spark's offset log
@@ -484,11 +311,11 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._consumer
 
 
-def _count(begin: Mapping[TP, int], end: Mapping[TP, int]) -> int:
+def _count(begin: Mapping[PartitionRef, int], end: Mapping[PartitionRef, int]) -> int:
     return sum(max(end[tp] - begin.get(tp, 0), 0) for tp in end)
 
 
-def _limited(begin: Mapping[TP, int], end: dict[TP, int], max_rows: int) -> dict[TP, int]:
+def _limited(begin: Mapping[PartitionRef, int], end: dict[PartitionRef, int], max_rows: int) -> dict[PartitionRef, int]:
     """``end`` cut so that at most ``max_rows`` offsets are read in all, each partition getting a share in
     proportion to what it has (at least one offset while it has any, so that every partition moves)."""
     spans = {tp: max(end[tp] - begin.get(tp, 0), 0) for tp in end}
@@ -497,35 +324,3 @@ def _limited(begin: Mapping[TP, int], end: dict[TP, int], max_rows: int) -> dict
         return end
     return {tp: begin.get(tp, 0) + min(span, max(1, span * max_rows // total)) if span else end[tp]
             for tp, span in spans.items()}
-
-
-def _read(opts: ReadOptions, schema: StructType, part: PlainRanges) -> Iterator[pa.RecordBatch]:
-    """Read the ``[start, end)`` offsets of some partitions of one topic of a plain read into Arrow batches
-    of ``schema`` (runs in a worker): :func:`~controlmsg.spark.consuming.read_ranges` with every record
-    kept as it is. End-of-partition events are on: the last offsets may be transaction markers or aborted
-    records, which ``read_committed`` does not deliver."""
-    task_opts = dataclasses.replace(opts, topic=part.topic)
-    build, _ = batch_builder(schema, task_opts)
-    yield from read_ranges(task_opts, build, part.ranges, _PlainRecords(), eof=True)
-
-
-class _PlainRecords:
-    """The plain reader's :class:`~controlmsg.spark.consuming.RangeRecords`: every record is a row, its
-    value the whole payload (a record without one: empty bytes)."""
-
-    def __init__(self) -> None:
-        self._rows = DataColumns()
-
-    def take(self, messages: list[Any]) -> int:
-        rows = self._rows
-        # Whole columns at once: map() over the messages' C methods, no Python call per record.
-        rows.partitions.extend(map(_PARTITION, messages))
-        rows.offsets.extend(map(_OFFSET, messages))
-        rows.keys.extend(map(_KEY, messages))
-        rows.payloads.extend([value or b"" for value in map(_VALUE, messages)])
-        rows.messages.extend(messages)
-        return len(rows)
-
-    def drain(self) -> tuple[DataColumns, list[Mark] | None]:
-        rows, self._rows = self._rows, DataColumns()
-        return rows, None

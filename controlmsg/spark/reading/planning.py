@@ -1,6 +1,7 @@
 """Planning a read: which Spark task reads which partitions (and, in a stream or a plain topic, which
-offsets). The drivers of :mod:`controlmsg.spark.reading` and :mod:`controlmsg.spark.plain` call it; the
-input partitions it defines are what Spark sends to each task. No I/O.
+offsets). The drivers of :mod:`~controlmsg.spark.reading.batch_reader`,
+:mod:`~controlmsg.spark.reading.stream_reader` and :mod:`~controlmsg.spark.reading.plain_readers` call it;
+the input partitions it defines are what Spark sends to each task. No I/O.
 
 Every reading task holds a core while it waits and costs a few tenths of a second of a core however
 little it reads (a Python task, a consumer), so by default the partitions are grouped by the offsets they
@@ -19,6 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING
 from pyspark.sql.datasource import InputPartition
 
 from controlmsg.spark.options import ReadOptions
+from controlmsg.spark.positions import PartitionRef
 
 __all__ = [
     "MIN_TASKS",
@@ -62,8 +64,8 @@ class StreamRange(InputPartition):
 
 
 class PlainRanges(InputPartition):
-    """One plain-topic task's share (:mod:`controlmsg.spark.plain`): partitions of one ``topic`` with their
-    ``[start, end)`` offsets."""
+    """One plain-topic task's share (:mod:`controlmsg.spark.reading.plain_readers`): partitions of one ``topic`` with
+    their ``[start, end)`` offsets."""
 
     def __init__(self, topic: str, ranges: Sequence[tuple[int, int, int]]) -> None:
         super().__init__((topic, tuple(ranges)))
@@ -71,7 +73,7 @@ class PlainRanges(InputPartition):
         self.ranges = tuple(ranges)
 
 
-_Key = TypeVar("_Key", int, tuple[str, int])
+_Key = TypeVar("_Key", int, PartitionRef)
 
 
 def task_groups(partitions: Sequence[_Key], opts: ReadOptions,
@@ -106,9 +108,9 @@ def stream_groups(begin: Mapping[int, int], stop: Mapping[int, int], opts: ReadO
     return task_groups(moved, opts, {p: max(stop[p] - max(begin.get(p, 0), 0), 0) for p in moved})
 
 
-def plain_groups(begin: Mapping[tuple[str, int], int], stop: Mapping[tuple[str, int], int],
+def plain_groups(begin: Mapping[PartitionRef, int], stop: Mapping[PartitionRef, int],
                  opts: ReadOptions) -> list[tuple[str, list[int]]]:
-    """The reading tasks of a plain read (:mod:`controlmsg.spark.plain`) from ``begin`` to ``stop``, per
+    """The reading tasks of a plain read (:mod:`controlmsg.spark.reading.plain_readers`) from ``begin`` to ``stop``, per
     topic and partition: the partitions that have offsets to read, grouped as :func:`task_groups` groups
     them over every topic, each group then split by topic (a task reads one topic: at most one more task
     per topic, never more tasks than partitions)."""

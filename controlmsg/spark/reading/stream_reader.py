@@ -1,14 +1,4 @@
-"""Reading an intermediate topic into Spark: the batch reader and the stream reader of ``controlmsg``.
-
-**Batch** (``spark.read``): each Spark task owns a group of the topic's partitions and reads them with a
-:class:`~controlmsg.kafka.reader.ControlReader` (``read_committed``) until end of stream holds for every
-one of them, so the DataFrame is complete exactly when every upstream task of the run has ended on every
-partition; records after a partition's end are not read. Planning waits for the topic (never creating
-it); with ``timeout`` a task fails with :class:`EndOfStreamTimeout` naming each partition not ended and
-the upstream tasks it still waits for. The partitions are grouped into tasks by the offsets they hold at
-planning, or as ``partitionsPerTask`` and ``maxTasks`` say (:mod:`controlmsg.spark.planning`).
-A consumer starts at an explicit offset, not at the logical beginning (see
-:func:`~controlmsg.kafka.reader.start_offset`).
+"""The stream reader of an intermediate topic, on the driver.
 
 **Streaming** (``spark.readStream``): the driver plans each micro-batch by scanning the topic from the
 last offsets to what is readable now, feeding the bookkeeping; the offsets Spark writes to its offset
@@ -21,12 +11,8 @@ available" means the run up to its **end of stream**: the query delivers micro-b
 commits, waits while it is still writing, and terminates once every upstream task has ended on every
 partition.
 
-The columns a record becomes (``.schema(ddl)``, ``_partition``, ``_offset``, ``_key``, ``_watermark``,
-``_partition_watermark``, ``_control``) are :mod:`controlmsg.spark.batches`; what becomes of the records
-that do not fit (option ``mode``, ``deadLetterTopic``) is :mod:`controlmsg.spark.bad_records`; how the
-partitions are grouped into tasks is :mod:`controlmsg.spark.planning`; a micro-batch's task reads its
-planned offsets with the loop of :mod:`controlmsg.spark.consuming`, whose hook here is
-:class:`_EnvelopeRecords`.
+The driver's side is here; a micro-batch's task reads its planned offsets with
+:func:`~controlmsg.spark.reading.envelope_records.read_range`.
 """
 
 from __future__ import annotations
@@ -38,137 +24,31 @@ from typing import Any, Final
 
 import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from controlmsg.core.bookkeeping import InputTracker, PartitionStatus
+from controlmsg.core.bookkeeping import InputTracker
 from controlmsg.core.codec import decode
-from controlmsg.core.progress import expected_task_names, waiting_for
 from controlmsg.errors import ControlMsgError, Location, ProtocolError, ReadError
-from controlmsg.kafka.admin import LatestOffsets, offset_spans, wait_for_topic, watermark_offsets
-from controlmsg.kafka.periodic_log import Progress
-from controlmsg.kafka.reader import ControlReader, DataColumns, same_run
-from controlmsg.kafka.refusals import check_client, mark_reached
+from controlmsg.kafka.admin import LatestOffsets, wait_for_topic, watermark_offsets
+from controlmsg.kafka.refusals import check_client
 from controlmsg.kafka.retry import ConsumerErrors
-from controlmsg.kafka.settings import worker_logging
-from controlmsg.kafka.writer import HEADER_RUN
-from controlmsg.spark.bad_records import SetAside, check_dead_letters
-from controlmsg.spark.batches import META_CONTROL, WATERMARK_FIELDS, Mark, batch_builder, tick_batch
-from controlmsg.spark.consuming import POLL_S, consumer_conf, read_ranges
+from controlmsg.spark.batches import META_CONTROL, batch_builder
 from controlmsg.spark.options import ReadOptions
-from controlmsg.spark.phases import log_phase, task_batch_id
-from controlmsg.spark.planning import StreamRange, TopicPartitions, stream_groups, task_groups
+from controlmsg.spark.phases import log_phase
 from controlmsg.spark.query_log import END_OF_TIME_MS, WATERMARK_ROWS_KEY
-from controlmsg.spark.source_progress import REPORT_TIMEOUT_S, lag_report, upstream_metrics
+from controlmsg.spark.reading.bad_records import check_dead_letters
+from controlmsg.spark.reading.consuming import POLL_S, consumer_conf
+from controlmsg.spark.reading.envelope_records import read_range
+from controlmsg.spark.reading.planning import StreamRange, stream_groups
+from controlmsg.spark.reading.source_metrics import REPORT_TIMEOUT_S, lag_report, upstream_metrics
+from controlmsg.spark.reading.timeouts import timeout_error
 
-__all__ = [
-    "BatchReader",
-    "EndOfStreamTimeout",
-    "StreamReader",
-]
+__all__ = ["StreamReader"]
 
 _OFFSETS_FORMAT: Final = 1
 _PLANNED_KEYS: Final = ("groups", WATERMARK_ROWS_KEY)  # in an offset from latestOffset, not in the scan's
-
-
-class EndOfStreamTimeout(ControlMsgError):
-    """A reader's partitions did not all reach end of stream in time. The message names each partition
-    still open and the upstream tasks it waits for; ``statuses`` holds the details."""
-
-    def __init__(self, message: str, statuses: Sequence[PartitionStatus]) -> None:
-        super().__init__(message)
-        self.statuses = list(statuses)
-
-
-# ---------------------------------------------------------------------------------------------- batch
-
-
-class BatchReader(DataSourceReader):
-    """``spark.read.format("controlmsg")``: see the module docstring."""
-
-    def __init__(self, options: ReadOptions, schema: StructType) -> None:
-        for name in WATERMARK_FIELDS:
-            if name in schema.fieldNames():
-                raise ValueError(f"the field '{name}' is filled by readStream only; a batch read ends at end of "
-                                 "stream, where every window can close")
-        batch_builder(schema, options)  # refuse a schema that cannot be built, at planning time
-        self.opts = options
-        self.schema = schema
-
-    def partitions(self) -> Sequence[InputPartition]:
-        """Runs at planning time: waits for the topic (up to ``timeout``), checks that the dead-letter
-        topic exists (if any), then groups the partitions."""
-        opts = self.opts
-        count = wait_for_topic(dict(opts.config), opts.topic, opts.timeout)
-        check_dead_letters(opts)
-        sizes = None
-        if opts.partitions_per_task is None and opts.max_tasks is None:
-            try:
-                sizes = offset_spans(dict(opts.config), opts.topic, count, opts.timeout or 30.0)
-            except ControlMsgError:
-                sizes = None  # one task per partition, as with partitionsPerTask 1
-        return [TopicPartitions(group) for group in task_groups(range(count), opts, sizes)]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, TopicPartitions)
-        return _read_to_end(self.opts, self.schema, list(partition.partitions))
-
-
-def _read_to_end(opts: ReadOptions, schema: StructType, partitions: list[int]) -> Iterator[pa.RecordBatch]:
-    """Read ``partitions`` to end of stream, yielding Arrow batches of ``schema`` (runs in a worker)."""
-    worker_logging()
-    mark_reached(dict(opts.config))  # planned with the cluster's answers: see consuming.read_ranges
-    started = time.monotonic()
-    deadline = None if opts.timeout is None else started + opts.timeout
-    build, _ = batch_builder(schema, opts)
-    reader = ControlReader(
-        dict(opts.config),
-        opts.topic,
-        partitions=partitions,
-        run_id=opts.run_id,
-        stop_at_end=True,
-        batch_size=max(opts.batch_rows, 1000),
-        topic_timeout=opts.timeout if opts.timeout is not None else 30.0,
-    )
-    progress = Progress(f"reader {opts.topic} partitions {partitions}")
-    aside = SetAside(opts, progress)
-    try:
-        pending = DataColumns()
-        tracker = reader.tracker
-        records = 0
-        while not tracker.is_ended:
-            if progress.due():
-                progress.log(f"{records} records, watermark {_mark(tracker.emitted_watermark)}, "
-                             f"{len(tracker.ended_partitions)} of {len(partitions)} partitions ended")
-            wait = POLL_S
-            if deadline is not None:
-                wait = min(wait, deadline - time.monotonic())
-                if wait <= 0:
-                    raise _timeout_error(opts, tracker, partitions)
-            before = len(pending)
-            reader.poll_columns(pending, wait)  # the events are in the tracker
-            records += len(pending) - before
-            if len(pending) >= opts.batch_rows:
-                batch = aside.take(build(pending, opts.topic, None))
-                if batch is not None:
-                    yield batch
-                pending = DataColumns()
-        if pending:
-            batch = aside.take(build(pending, opts.topic, None))
-            if batch is not None:
-                yield batch
-        aside.finish()
-    finally:
-        aside.close()
-        reader.close()
-
-
-def _mark(ts: int | None) -> str:
-    return "undefined" if ts is None else str(ts)
-
-
-# ---------------------------------------------------------------------------------------------- stream
 
 
 @dataclass
@@ -190,7 +70,8 @@ class _Scan:
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """``spark.readStream.format("controlmsg")``: see the module docstring. Runs on the driver."""
+    """``spark.readStream.format("controlmsg")``: see the module docstring and :mod:`controlmsg.spark.reading`.
+    Runs on the driver."""
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.opts = options
@@ -288,11 +169,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, StreamRange)
-        return _read_range(self.opts, self.schema, partition)
+        return read_range(self.opts, self.schema, partition)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """Spark calls this right after :meth:`latestOffset` and shows the answer in the progress's
-        ``latestOffset`` (:mod:`controlmsg.spark.source_progress`): the partitions' end offsets now, the
+        ``latestOffset`` (:mod:`controlmsg.spark.reading.source_metrics`): the partitions' end offsets now, the
         lag of the micro-batch just planned behind them, and the upstream tasks as the bookkeeping sees
         them at its end. A partition read to its end counts from where the consumer found that end (a
         transaction's commit marker follows the last record); one whose end of stream was read lags by 0.
@@ -445,85 +326,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _check_deadline(self, scan: _Scan) -> None:
         timeout = self.opts.timeout
         if timeout is not None and time.monotonic() - self._started > timeout:
-            raise _timeout_error(self.opts, scan.tracker, sorted(scan.positions))
+            raise timeout_error(self.opts, scan.tracker, sorted(scan.positions))
 
 
 def _positions(offset: dict[str, Any]) -> dict[int, int]:
     return {int(p): int(o) for p, o in offset["offsets"].items()}
-
-
-def _read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Iterator[pa.RecordBatch]:
-    """Read the planned ``[start, end)`` offsets of some partitions (runs in a worker), then the
-    micro-batch's watermark row if this task has it. The driver has read them already, so every offset up
-    to ``end - 1`` that ``read_committed`` delivers is there: no end-of-partition events needed."""
-    began = time.monotonic()
-    build, with_watermark = batch_builder(schema, opts)
-    rows = 0
-    for batch in read_ranges(opts, build, part.ranges, _EnvelopeRecords(opts, part, with_watermark), eof=False):
-        rows += batch.num_rows
-        yield batch
-    if part.tick is not None:
-        yield tick_batch(schema, part.tick)
-    if opts.log_phases:
-        log_phase("read", opts.topic, batch=task_batch_id(), ms=round((time.monotonic() - began) * 1000, 1),
-                  rows=rows, partitions=len(part.ranges))
-
-
-class _EnvelopeRecords:
-    """The envelope reader's :class:`~controlmsg.spark.consuming.RangeRecords`: the user records of the
-    run become rows (the payload without its type byte); with a watermark field in the schema, each row
-    gets the :data:`~controlmsg.spark.batches.Mark` of its partition, which the control messages before it
-    on that partition moved (one bookkeeping per partition, restored from the micro-batch's start, since a
-    record's marks depend on its own partition's messages only)."""
-
-    def __init__(self, opts: ReadOptions, part: StreamRange, with_watermark: bool) -> None:
-        self._run = (HEADER_RUN, opts.run_id.encode())
-        self._end_watermark = part.end_watermark
-        self._trackers: dict[int, InputTracker] = {}
-        self._marks: dict[int, Mark] = {}
-        self._with_watermark = with_watermark
-        if with_watermark:
-            for p, start, stop in part.ranges:
-                if start != stop:
-                    tracker = self._trackers[p] = InputTracker.restore(part.bookkeeping, opts.run_id)
-                    tracker.topic = opts.topic
-                    self._marks[p] = _marks(tracker, p, part.end_watermark)
-        self._rows = DataColumns()
-        self._row_marks: list[Mark] | None = [] if with_watermark else None
-
-    def take(self, messages: list[Any]) -> int:
-        rows = self._rows
-        row_marks = self._row_marks
-        marks = self._marks
-        run = self._run
-        for msg in messages:
-            value = msg.value()
-            if value and value[0] == 0:
-                # same_run(), with its usual answer (no headers, or the run header first) decided inline.
-                if (headers := msg.headers()) and headers[0] != run and not same_run(headers, run):
-                    continue
-                p = msg.partition()
-                rows.partitions.append(p)
-                rows.offsets.append(msg.offset())
-                rows.keys.append(msg.key())
-                rows.payloads.append(value[1:])
-                rows.messages.append(msg)
-                if row_marks is not None:
-                    row_marks.append(marks[p])
-            elif self._with_watermark:
-                p = msg.partition()
-                decoded = decode(value)
-                assert not isinstance(decoded, bytes)
-                self._trackers[p].on_control(p, decoded, msg.offset())
-                marks[p] = _marks(self._trackers[p], p, self._end_watermark)
-        return len(rows)
-
-    def drain(self) -> tuple[DataColumns, list[Mark] | None]:
-        rows, self._rows = self._rows, DataColumns()
-        row_marks = self._row_marks
-        if row_marks is not None:
-            self._row_marks = []
-        return rows, row_marks
 
 
 def _tick(start: dict[str, Any], end: dict[str, Any]) -> int | None:
@@ -534,35 +341,3 @@ def _tick(start: dict[str, Any], end: dict[str, Any]) -> int | None:
         return None if start.get("streamEnded") else END_OF_TIME_MS
     wm = end.get("emittedWatermark")
     return wm if wm is not None and wm != start.get("emittedWatermark") else None
-
-
-def _marks(tracker: InputTracker, partition: int, cap: int | None) -> Mark:
-    """A record's marks on ``partition`` now: the reconciled watermark in force (``_watermark``: the
-    tracker's, capped at the micro-batch's end) and the partition's own watermark (``_partition_watermark``:
-    the minimum over the upstream tasks on this partition alone; the end of time once all ended there).
-    The second depends only on what the partition holds before the record, not on where micro-batches
-    begin, so every query that reads the topic finds the same records behind it."""
-    own = tracker.status(partition).watermark
-    return _capped(tracker.emitted_watermark, cap), None if own is None else min(own, END_OF_TIME_MS)
-
-
-def _capped(mark: int | None, cap: int | None) -> int | None:
-    if mark is None or cap is None:
-        return None
-    return min(mark, cap)
-
-
-# ---------------------------------------------------------------------------------------------- timeouts
-
-
-def _timeout_error(opts: ReadOptions, tracker: InputTracker, partitions: list[int]) -> EndOfStreamTimeout:
-    statuses = [s for s in tracker.statuses() if not s.is_ended]
-    expected = expected_task_names(tracker)
-    lines = [f"partition {s.partition}: {waiting_for(s, expected)}" for s in statuses]
-    message = (
-        f"topic {opts.topic!r} run {opts.run_id!r}: end of stream not reached within {opts.timeout:g} s on "
-        f"partitions {[s.partition for s in statuses]} (this reader reads {partitions}); " + "; ".join(lines)
-    )
-    return EndOfStreamTimeout(message, statuses)
-
-

@@ -1,0 +1,98 @@
+"""The run-control API of a ``controlmsg`` write (:mod:`controlmsg.spark.writing`): what the driver has
+committed for its run (:func:`run_status`), the end of a stream by hand (:func:`end_stream`), and who the
+run's one upstream task is (:func:`upstream_of`), which the driver's commits and the driver program's stage
+rounds (:mod:`controlmsg.spark.stage`) write as. Imports no pyspark."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from controlmsg.core.messages import EndOfStreamMessage
+from controlmsg.core.naming import driver_task_name, driver_transactional_id, stage_transactional_id
+from controlmsg.errors import ControlMsgError
+from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
+from controlmsg.spark.options import STAGE_PROGRESS_DRIVER, WriteOptions
+
+__all__ = ["UPSTREAM_DRIVER", "end_stream", "refuse_ended", "run_status", "upstream_of"]
+
+UPSTREAM_DRIVER: Final = "driver"
+"""The driver's marker says ``"upstream": "driver"``: the driver is the run's one upstream task."""
+
+
+def refuse_ended(opts: WriteOptions, query: str | None = None) -> dict[str, Any] | None:
+    """The driver's committed marker of this run; refuse to write to a run that has ended, unless streaming
+    query ``query`` ended it (its micro-batches after the end, which have no rows, write nothing)."""
+    marker = run_status(opts)
+    if marker is not None and marker.get("ended") and (query is None or marker.get("queryId") != query):
+        raise ControlMsgError(
+            f"topic {opts.topic!r}: run {opts.run_id!r} of job {opts.job!r} has already ended (its end of stream "
+            "is written); write a new run with a new runId")
+    return marker
+
+
+def upstream_of(opts: WriteOptions, committed: Mapping[str, Any] | None) -> tuple[str, int, bool]:
+    """The driver's ``taskName``, the generation of its rounds, and whether that generation starts now: the
+    committed generation, or the next one when an earlier version of this writer started the run (its
+    marker has no ``"upstream": "driver"``: each write task was an upstream task, with its own control
+    messages). The driver's transactional id is that writer's too, so its init has fenced those rounds."""
+    generation = 0 if committed is None else int(committed.get("generation", 0))
+    switch = committed is not None and committed.get("upstream") != UPSTREAM_DRIVER
+    return driver_task_name(opts.job, opts.run_id), generation + switch, switch
+
+
+def end_stream(options: Mapping[str, str]) -> int:
+    """End the run that a ``writeStream.format("controlmsg")`` query wrote: its driver's end of stream, to
+    every partition, in one transaction. ``options``: the options given to the query (at least ``topic``,
+    ``runId``, ``kafka.bootstrap.servers``; ``job`` if set). Call it after the query stopped
+    (``awaitTermination()`` of an ``availableNow`` query). Idempotent: a run already ended is left as it
+    is. Returns the run's upstream task count (``taskCount``: 1, the driver; a run ended by an earlier
+    version of this writer says how many tasks it had). Raises :class:`~controlmsg.errors.ControlMsgError`
+    when nothing of the run was committed yet (options that name no run: a typo is not ended silently)."""
+    from controlmsg.kafka.admin import wait_for_topic
+
+    opts = WriteOptions.parse(options)
+    if (run_status(opts) or {}).get("endedBy") == "stage":
+        return 1  # ended by the driver program's stage round (stageProgress driver)
+    config = dict(opts.config)
+    partitions = wait_for_topic(config, opts.topic, opts.timeout)
+    counted: list[int] = []
+
+    def plan(committed: dict[str, Any] | None) -> Round | None:
+        if committed is None:
+            raise ControlMsgError(f"topic {opts.topic!r}: no micro-batch of run {opts.run_id!r} (job {opts.job!r}) "
+                                  "was committed, so there is no stream to end")
+        if committed.get("ended"):
+            counted.append(int(committed["taskCount"]))
+            return None
+        name, generation, _ = upstream_of(opts, committed)
+        counted.append(1)
+        return ([EndOfStreamMessage(name, 1, opts.run_id, generation=generation)],
+                {**committed, "upstream": UPSTREAM_DRIVER, "taskCount": 1, "generation": generation, "ended": True})
+
+    write_control_round(config, opts.topic, partitions, plan,
+                        transactional_id=driver_transactional_id(opts.topic, opts.job, opts.run_id),
+                        timeout=opts.timeout)
+    return counted[0]
+
+
+def run_status(options: WriteOptions | Mapping[str, str]) -> dict[str, Any] | None:
+    """What the driver of a ``controlmsg`` write has committed for its run: ``None`` before the first
+    commit, else ``{"upstream": "driver", "taskCount": 1, "generation", "ended", "writeTasks", ...}``
+    (``taskCount`` the run's upstream tasks on the wire, the driver alone; ``writeTasks`` the Spark tasks
+    that wrote records: of the write, or of the last micro-batch; a batch write adds ``rows`` and
+    ``maxEventTime``; a stream the last ``batch``, its ``watermark``, ``queryId`` and ``maxEventTime``). With
+    ``stageProgress driver`` in ``options``, a run that the driver program's stage round ended
+    (:mod:`controlmsg.spark.stage`) says ``"ended": true, "endedBy": "stage"``."""
+    opts = options if isinstance(options, WriteOptions) else WriteOptions.parse(options)
+    group = driver_transactional_id(opts.topic, opts.job, opts.run_id)
+    with MarkerStore(dict(opts.config), group, opts.topic, opts.timeout) as store:
+        marker = store.load()
+    if marker is not None and not marker.get("ended") and opts.stage_progress == STAGE_PROGRESS_DRIVER:
+        # The stage rounds of a driver program (controlmsg.spark.stage) may have ended the run.
+        with MarkerStore(dict(opts.config), stage_transactional_id(opts.topic, opts.job, opts.run_id), opts.topic,
+                         opts.timeout) as store:
+            stage = store.load()
+        if stage is not None and stage.get("ended"):
+            marker = {**marker, "ended": True, "endedBy": "stage"}
+    return marker
