@@ -59,7 +59,7 @@ DEBIAN_BASE: Final = "controlmsg/debian:bookworm"
 """The base :func:`ensure_debian_base` makes (``docker-compose.yml`` reads it from ``CONTROLMSG_BASE_IMAGE``)."""
 _TAG_DIGITS = 16
 _SPARK_CONTEXT: Final = ("docker/spark/requirements.txt", ".dockerignore", "controlmsg/__init__.py",
-                         "controlmsg/errors.py", "controlmsg/paths.py", "controlmsg/core",
+                         "controlmsg/errors.py", "controlmsg/lazy.py", "controlmsg/paths.py", "controlmsg/core",
                          "controlmsg/spark/__init__.py", "controlmsg/spark/class_archive.py")
 """What the Spark image's build reads from the project (/.dockerignore sends the same): its dependencies and
 what building the class archive imports. The rest of the code is mounted when the containers run."""

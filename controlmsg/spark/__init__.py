@@ -18,8 +18,9 @@ tools work without pyspark.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from controlmsg.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from controlmsg.spark.batches import RAW_SCHEMA
@@ -67,9 +68,4 @@ _WHERE = {
     "run_status": "controlmsg.spark.writing.run_control",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'controlmsg.spark' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _WHERE)

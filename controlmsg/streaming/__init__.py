@@ -37,8 +37,9 @@ channel and :func:`job_logger` work without pyspark.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from controlmsg.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from controlmsg.streaming.ingest import (
@@ -138,9 +139,4 @@ _WHERE = {
     "job_logger": "controlmsg.streaming.log",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'controlmsg.streaming' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _WHERE)

@@ -22,8 +22,9 @@ This package imports its modules (and pyspark) only when one of its names is use
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from controlmsg.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from controlmsg.spark.reading.batch_reader import BatchReader
@@ -43,9 +44,4 @@ _WHERE = {
     "DataLoss": "controlmsg.spark.reading.plain_offsets",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'controlmsg.spark.reading' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _WHERE)

@@ -68,8 +68,9 @@ This package imports its modules (and pyspark) only when one of its names is use
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from controlmsg.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from controlmsg.spark.writing.batch_writer import BatchWriter
@@ -88,9 +89,4 @@ _WHERE = {
     "upstream_of": "controlmsg.spark.writing.run_control",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'controlmsg.spark.writing' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _WHERE)
