@@ -116,7 +116,7 @@ def abort_or_fence(producer: Producer, conf: Mapping[str, Any], topic: str, *, t
     except Exception:
         tid = None
     try:
-        retrying_transaction(producer.abort_transaction, timeout=timeout)
+        retrying_transaction(producer.abort_transaction, timeout=timeout, what="abort_transaction")
         return True
     except Exception as exc:  # never raise from here: the caller's error is the one that matters
         if _was_fenced(exc):

@@ -152,7 +152,7 @@ def write_control_round(
                 for p in range(partitions):
                     produce_waiting(producer, topic, value, None, p, headers)
             store.add(producer, marker)
-            retrying_transaction(producer.commit_transaction, timeout=timeout)
+            retrying_transaction(producer.commit_transaction, timeout=timeout, what="commit_transaction")
         except (KafkaException, DeliveryError) as exc:
             # Abort now: an open transaction would hold read_committed readers back until it timed out
             # (transactionTimeoutMs, 600 s for the Spark writes). A failed abort fences the id or is logged.

@@ -7,6 +7,7 @@ cluster answers these while a broker restarts or a partition moves, and they pas
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar
@@ -16,8 +17,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from controlmsg.kafka.refusals import check_client, mark_reached
 
 __all__ = [
-    "PASSING_CONSUMER_ERRORS", "RETRIABLE", "ConsumerErrors", "init_transactions", "is_retriable", "retrying",
-    "retrying_transaction",
+    "PASSING_CONSUMER_ERRORS", "RETRIABLE", "WEDGE_GRACE_S", "ConsumerErrors", "bounded_call", "init_transactions",
+    "is_retriable", "retrying", "retrying_transaction",
 ]
 
 T = TypeVar("T")
@@ -52,22 +53,65 @@ def retrying(call: Callable[[], T], *, timeout: float, first_wait: float = 0.1, 
         wait = min(wait * 2, max_wait)
 
 
+WEDGE_GRACE_S: Final = 30.0
+"""How long past its own timeout a librdkafka transaction call may go on before :func:`bounded_call` counts
+it as wedged. A call that honours its timeout returns within it (a commit's flush included)."""
+
+
+def bounded_call(call: Callable[[float], T], timeout: float, *, what: str, grace: float | None = None) -> T:
+    """``call(timeout)``, on a thread of its own, waited for at most ``timeout`` + ``grace`` s (default
+    :data:`WEDGE_GRACE_S`); its value is returned and its exception raised, as if called here.
+
+    A call still running then is wedged: librdkafka's ``send_offsets_to_transaction`` can block past its
+    timeout, for good, once the group coordinator went away during the call (confluentinc/librdkafka#5456,
+    seen here after a ``kill -9`` and restart of the only broker: a Spark write task waited 10 minutes).
+    Python cannot interrupt a C call, so the call is left blocked on its daemon thread, and a
+    :class:`KafkaException` whose error is fatal (``_TIMED_OUT``, naming ``what`` and the wait) is raised:
+    the producer is unusable from then on. The caller fails as on any fatal error: the writers abort or fence
+    the transactional id (:func:`~controlmsg.kafka.aborts.abort_or_fence`, a new producer of the same id
+    whose ``init_transactions`` aborts the open transaction), and a Spark task is retried from its
+    transactional start."""
+    outcome: list[tuple[bool, Any]] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append((True, call(timeout)))
+        except BaseException as exc:
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"controlmsg {what}", daemon=True).start()
+    bound = timeout + (WEDGE_GRACE_S if grace is None else grace)
+    if not done.wait(bound):
+        raise KafkaException(KafkaError(
+            KafkaError._TIMED_OUT,
+            f"{what} did not return within {bound:.0f} s (its timeout {timeout:.0f} s): librdkafka's call is "
+            f"wedged (confluentinc/librdkafka#5456), the producer is abandoned", fatal=True))
+    ok, value = outcome[0]
+    if ok:
+        return value  # type: ignore[no-any-return]
+    raise value
+
+
 def retrying_transaction(call: Callable[[float], T], *, timeout: float, what: str = "transaction call") -> T:
     """A call of librdkafka's transactional API (``init_transactions``, ``commit_transaction``,
     ``send_offsets_to_transaction``, ``abort_transaction``), given the time left, retried while librdkafka
     marks its error retriable (a coordinator that moves or loads, a timed-out request), for up to
-    ``timeout`` s in all, with the backoff of :func:`retrying`.
+    ``timeout`` s in all, with the backoff of :func:`retrying`. Each call is a :func:`bounded_call` named
+    ``what``: a call wedged past its timeout raises a fatal error.
 
     Only librdkafka's own flag counts here: an error that requires an abort (``txn_requires_abort``) or is
-    fatal (a fenced producer) propagates at once, since calling again could not succeed; a transaction
-    that must be aborted is the caller's to abort and redo.
+    fatal (a fenced producer, a wedged call) propagates at once, since calling again could not succeed; a
+    transaction that must be aborted is the caller's to abort and redo.
     """
     deadline = time.monotonic() + timeout
     wait = 0.1
     while True:
         left = deadline - time.monotonic()
         try:
-            return call(max(left, 1.0))
+            return bounded_call(call, max(left, 1.0), what=what)
         except KafkaException as exc:
             error = exc.args[0]
             if (not isinstance(error, KafkaError) or not error.retriable() or error.fatal()

@@ -324,7 +324,7 @@ class ControlWriter:
             self.flush(timeout)
             return
         try:
-            retrying_transaction(self._producer.commit_transaction, timeout=timeout)
+            retrying_transaction(self._producer.commit_transaction, timeout=timeout, what="commit_transaction")
             self._raise_errors()
             self._producer.begin_transaction()
         except KafkaException as exc:
@@ -336,7 +336,7 @@ class ControlWriter:
         if self._transactional:
             # The transaction opened by commit() is empty; aborting it ends cleanly.
             try:
-                retrying_transaction(self._producer.abort_transaction, timeout=timeout)
+                retrying_transaction(self._producer.abort_transaction, timeout=timeout, what="abort_transaction")
             except KafkaException as exc:
                 raise DeliveryError(f"cannot end the transaction on topic {self.topic!r}: {exc.args[0]}") from exc
 
@@ -346,7 +346,7 @@ class ControlWriter:
         atomically with this transaction, as in consume-transform-produce. Raises :class:`DeliveryError`."""
         try:
             retrying_transaction(lambda left: self._producer.send_offsets_to_transaction(offsets, group_metadata, left),
-                                 timeout=timeout)
+                                 timeout=timeout, what="send_offsets_to_transaction")
         except KafkaException as exc:
             raise DeliveryError(
                 f"cannot add offsets to the transaction on topic {self.topic!r}: {exc.args[0]}"
@@ -355,7 +355,7 @@ class ControlWriter:
     def abort(self, timeout: float = 60.0) -> None:
         """Transactional writers: abort what was sent since the last commit (readers never see it)."""
         if self._transactional:
-            retrying_transaction(self._producer.abort_transaction, timeout=timeout)
+            retrying_transaction(self._producer.abort_transaction, timeout=timeout, what="abort_transaction")
             self._producer.begin_transaction()
 
     def abort_or_fence(self, timeout: float = 10.0) -> bool:

@@ -292,6 +292,43 @@ def test_a_writer_left_by_an_exception_whose_abort_fails_is_fenced(
     assert writer.topic == topic  # the writer (and its producer) is still there: the fence, not its end, did it
 
 
+def test_a_marker_call_wedged_past_its_timeout_fails_the_write_and_ends_its_transaction(
+        kafka_config: dict[str, Any], new_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """librdkafka's send_offsets_to_transaction can block for good past its timeout after a broker restart
+    (librdkafka#5456; a Spark write task waited 10 minutes in it): the write task's marker call fails within
+    its timeout plus the grace, naming the call, and the writer's exit ends the open transaction, so that
+    Spark's retry of the task starts clean. The wedge is injected (it cannot be had on demand): the call
+    blocks until the test ends."""
+    from controlmsg.kafka import retry
+
+    release = threading.Event()
+
+    class OffsetsWedge(Producer):
+        def send_offsets_to_transaction(self, *args: Any) -> None:
+            release.wait(120)
+
+    monkeypatch.setattr(writer_module, "Producer", OffsetsWedge)
+    monkeypatch.setattr(retry, "WEDGE_GRACE_S", 1.0)
+    topic = new_topic(2)
+    tid = f"wedge-{uuid.uuid4().hex[:8]}"
+    conf = {**kafka_config, "transactional.id": tid, "transaction.timeout.ms": TIMEOUT_MS}
+    try:
+        with (pytest.raises(DeliveryError, match="send_offsets_to_transaction did not return") as raised,
+              MarkerStore(kafka_config, tid, topic, timeout=2.0) as store,
+              ControlWriter(conf, topic, task_name="t0", task_count=1, run_id="r1") as writer):
+            for n in range(4):
+                writer.send({"n": n}, partition=n % 2)
+            writer.flush()
+            assert set(held_back(kafka_config, topic, 2)[0]) == {0, 1}  # open on both partitions
+            store.add(writer, {"ended": True})
+        assert repr(topic) in str(raised.value) and "wedged (confluentinc/librdkafka#5456)" in str(raised.value)
+        assert held_back(kafka_config, topic, 2) == ({}, [])  # ended: nothing holds readers back, nothing committed
+        with MarkerStore(kafka_config, tid, topic) as store:
+            assert store.load() is None
+    finally:
+        release.set()
+
+
 class Crash(Exception):
     """Raised by the window task's stop() to make it fail mid-transaction."""
 

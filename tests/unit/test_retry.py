@@ -7,7 +7,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from controlmsg.kafka.admin import _AdminSession
-from controlmsg.kafka.retry import is_retriable, retrying, retrying_transaction
+from controlmsg.kafka.retry import bounded_call, is_retriable, retrying, retrying_transaction
 
 
 def failing(codes: list[int]) -> tuple[list[int], object]:
@@ -81,6 +81,47 @@ def test_transaction_retries_stop_at_the_timeout() -> None:
     with pytest.raises(KafkaException):
         retrying_transaction(call, timeout=0.5)  # type: ignore[arg-type]
     assert 1 < len(given) < 10
+
+
+def test_a_bounded_call_returns_or_raises_what_the_call_did() -> None:
+    given: list[float] = []
+    assert bounded_call(lambda left: given.append(left) or "value", 2.5, what="commit_transaction") == "value"
+    assert given == [2.5]
+    error = KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+
+    def fails(_left: float) -> None:
+        raise error
+
+    with pytest.raises(KafkaException) as raised:
+        bounded_call(fails, 1.0, what="abort_transaction")
+    assert raised.value is error
+
+
+def test_a_call_wedged_past_its_timeout_is_left_behind_with_a_fatal_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """librdkafka's send_offsets_to_transaction can block past its timeout for good (librdkafka#5456): the
+    caller gets a fatal error naming the call, and retrying_transaction does not call the wedged producer
+    again."""
+    import threading
+
+    from controlmsg.kafka import retry
+
+    monkeypatch.setattr(retry, "WEDGE_GRACE_S", 0.2)
+    release = threading.Event()
+    calls: list[float] = []
+
+    def wedged(left: float) -> None:
+        calls.append(left)
+        release.wait(30)  # far past its timeout, as the C call blocks
+
+    try:
+        with pytest.raises(KafkaException) as raised:
+            retrying_transaction(wedged, timeout=0.3, what="send_offsets_to_transaction")
+        error = raised.value.args[0]
+        assert error.fatal() and not error.retriable() and error.code() == KafkaError._TIMED_OUT
+        assert "send_offsets_to_transaction did not return within 1 s" in error.str()
+        assert "librdkafka#5456" in error.str() and len(calls) == 1
+    finally:
+        release.set()
 
 
 def test_a_consumer_error_that_passes_lasts_at_most_its_patience(monkeypatch: pytest.MonkeyPatch) -> None:
