@@ -2,7 +2,7 @@
 
 Checked: it parses, has the services docs/DOCKER.md names, its ports and addresses agree with that page, its
 brokers' settings are the ones ``controlmsg broker start`` (one node) and ``--brokers 3`` (profile "cluster")
-start their brokers with, read from the same code (``controlmsg.clusters.broker``), and the Spark image's
+start their brokers with, read from the same code (``controlmsg.clusters.kraft``), and the Spark image's
 pyspark is the one the project is tested with.
 
 Run: the images are built by :mod:`controlmsg.clusters.images` (at once when unchanged), testcontainers'
@@ -101,10 +101,9 @@ _PER_NODE = {"node.id", "controller.quorum.voters", "listeners", "advertised.lis
 
 def _local_settings(brokers: int, tmp_path: Path) -> dict[str, str]:
     """The settings a local broker of a ``brokers``-node cluster is started with, as Kafka property names."""
-    from controlmsg.clusters import broker
+    from controlmsg.clusters import kraft
 
-    listeners = broker._PLAIN_LISTENERS.format(host="127.0.0.1", port=9092, controller_port=9093)
-    text = broker._server_properties(tmp_path, 9093, listeners, brokers=brokers)
+    text = kraft.server_properties(tmp_path, 9093, kraft.plain_listeners(9092, 9093), brokers=brokers)
     pairs = (line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
     return {k: v for k, v in pairs if k not in _PER_NODE}
 

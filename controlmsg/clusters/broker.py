@@ -1,63 +1,53 @@
 """A local single-node Apache Kafka broker (KRaft mode) for development and tests.
 
-The broker is the real Apache Kafka server, run from Apache Kafka's own Maven
-Central artifacts; no Docker and no Kafka distribution tarball is needed. A
-Python user needs only ``java`` (17 or newer) and pyspark (``controlmsg[spark]``):
-the one-time download goes through the Apache Ivy that pyspark ships, Maven
-(``mvn``) is an option, never a requirement. The exact jar set is pinned with
-SHA-256 checksums in ``kafka-jars.lock`` and verified before every use (see
-:mod:`controlmsg.clusters.kafka_jars`).
+The broker is the real Apache Kafka server, run from Apache Kafka's own Maven Central artifacts; no Docker and no
+Kafka distribution tarball is needed. A Python user needs only ``java`` (17 or newer) and pyspark
+(``controlmsg[spark]``): the one-time download goes through the Apache Ivy that pyspark ships, Maven (``mvn``) is
+an option, never a requirement. The exact jar set is pinned with SHA-256 checksums in ``kafka-jars.lock`` and
+verified before every use (see :mod:`controlmsg.clusters.kafka_jars`).
 
 Layout on disk:
 
-* ``<cache_dir>/kafka-<KAFKA_VERSION>/libs/`` holds exactly the locked jars,
-  shared by all brokers (installed in one rename once complete and verified).
-* ``<data_dir>/`` belongs to one broker: ``server.properties``,
-  ``log4j2.properties``, ``broker.log`` (its stdout/stderr; the previous run's
-  log is kept as ``broker.log.1``), ``broker.pid``, ``broker.json`` and the
-  Kafka storage in ``logs/`` (formatted once, reused by later starts).
+* ``<cache_dir>/kafka-<KAFKA_VERSION>/libs/`` holds exactly the locked jars, shared by all brokers (installed in
+  one rename once complete and verified).
+* ``<data_dir>/`` belongs to one broker, a KRaft node directory (:mod:`controlmsg.clusters.kraft`):
+  ``server.properties``, ``log4j2.properties``, ``broker.log`` (its stdout/stderr; the previous run's log is
+  kept as ``broker.log.1``), ``broker.pid``, ``broker.json`` and the Kafka storage in ``logs/`` (formatted once,
+  reused by later starts).
 
-The broker listens on ``127.0.0.1`` only.  Topic auto-creation is off
-(intermediate topics are created on purpose, with their partition count), and
-every internal topic uses replication factor 1.
+The broker listens on ``127.0.0.1`` only. Topic auto-creation is off (intermediate topics are created on
+purpose, with their partition count), and every internal topic uses replication factor 1.
 
-With ``security="sasl-ssl"`` the client port takes SASL/SCRAM-SHA-512 over TLS
-only, ACLs are enforced, and the data directory also holds the generated
-passwords, certificates and one client properties file per user (see
+With ``security="sasl-ssl"`` the client port takes SASL/SCRAM-SHA-512 over TLS only, ACLs are enforced, and the
+data directory also holds the generated passwords, certificates and one client properties file per user (see
 :mod:`controlmsg.clusters.security`).
 
-POSIX only (Linux, macOS): the broker is detached into its own session and
-stopped with signals.
+POSIX only (Linux, macOS): the broker is detached into its own session and stopped with signals.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import logging
 import os
-import shlex
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controlmsg.clusters import kraft
 from controlmsg.clusters import security as sec
 from controlmsg.clusters.kafka_jars import KAFKA_VERSION, ensure_kafka_libs
 from controlmsg.clusters.processes import (
     file_lock,
     free_ports,
-    is_process_of,
     java_executable,
     log_tail,
+    make_directory,
     pid_alive,
     port_free,
-    run_tool,
-    spawn_detached,
     tcp_accepts,
-    terminate,
     write_text_atomic,
 )
 from controlmsg.clusters.security import Security
@@ -81,22 +71,15 @@ __all__ = [
 SECURITY_MODES = sec.MODES
 """What :func:`start_broker` takes as ``security``: ``"plaintext"`` (the default) or ``"sasl-ssl"``."""
 
-_HOST = "127.0.0.1"
-_NODE_ID = 1
-_JVM_HEAP = "-Xmx512m"
+_HOST = kraft.HOST
 
 _BROKER_DIR_ENV = "CONTROLMSG_BROKER_DIR"
 
 _OPENSSL_TIMEOUT = 60.0
 _ACL_TIMEOUT = 30.0
 
-_PID_FILE = "broker.pid"
 _JSON_FILE = "broker.json"
-_LOG_FILE = "broker.log"
 _LOCK_FILE = ".broker.lock"
-_PROPS_FILE = "server.properties"
-_LOG4J_FILE = "log4j2.properties"
-_STORAGE_DIR = "logs"
 # Written after a secured format: its storage holds SCRAM users, a plain one has none.
 _STORAGE_SECURITY_FILE = "storage.security"
 
@@ -159,150 +142,70 @@ def start_broker(port: int = 9092, data_dir: Path | None = None, timeout: float 
                  security: Security = "plaintext") -> BrokerHandle:
     """Start a single-node KRaft broker on ``127.0.0.1:port`` and wait until it serves.
 
-    ``data_dir`` defaults to :func:`default_data_dir` and is created if
-    missing.  Its storage is formatted on first use and reused afterwards.
-    The controller listens on ``port + 1`` when that port is free, otherwise
-    on a free port chosen by the OS.  The broker runs detached (own session;
-    it outlives the caller) with stdout/stderr in ``<data_dir>/broker.log``;
-    its pid goes to ``<data_dir>/broker.pid`` and ``<data_dir>/broker.json``
-    records ``bootstrap_servers``, ``pid`` and ``port`` (plus
-    ``controller_port``, ``kafka_version``, ``security`` and
-    ``client_properties``).
+    ``data_dir`` defaults to :func:`default_data_dir` and is created if missing. Its storage is formatted on
+    first use and reused afterwards. The controller listens on ``port + 1`` when that port is free, otherwise on
+    a free port chosen by the OS. The broker runs detached (own session; it outlives the caller) with
+    stdout/stderr in ``<data_dir>/broker.log``; its pid goes to ``<data_dir>/broker.pid`` and
+    ``<data_dir>/broker.json`` records ``bootstrap_servers``, ``pid`` and ``port`` (plus ``controller_port``,
+    ``kafka_version``, ``security`` and ``client_properties``).
 
-    ``security="sasl-ssl"``: the client port takes SASL_SSL with SCRAM-SHA-512
-    only and Kafka's ``StandardAuthorizer`` denies what no ACL allows. On the
-    first start the passwords of the users ``admin`` (super user), ``pipeline``
-    and ``nobody`` are generated into ``<data_dir>/secrets.json`` (0600) and the
-    users are created when the storage is formatted; at every start ``openssl``
-    makes a new CA and broker certificate (for ``127.0.0.1`` and ``localhost``),
-    ``<data_dir>/client-<user>.properties`` (0600) are written, and once the
-    broker serves, ``pipeline`` is granted what controlmsg needs on every
-    topic, group and transactional id (see
-    :mod:`controlmsg.clusters.security`). A storage keeps the mode it was
-    formatted in.
+    ``security="sasl-ssl"``: the client port takes SASL_SSL with SCRAM-SHA-512 only and Kafka's
+    ``StandardAuthorizer`` denies what no ACL allows. On the first start the passwords of the users ``admin``
+    (super user), ``pipeline`` and ``nobody`` are generated into ``<data_dir>/secrets.json`` (0600) and the users
+    are created when the storage is formatted; at every start ``openssl`` makes a new CA and broker certificate
+    (for ``127.0.0.1`` and ``localhost``), ``<data_dir>/client-<user>.properties`` (0600) are written, and once
+    the broker serves, ``pipeline`` is granted what controlmsg needs on every topic, group and transactional id
+    (see :mod:`controlmsg.clusters.security`). A storage keeps the mode it was formatted in.
 
-    Idempotent: if the broker recorded in ``data_dir`` is alive on ``port``
-    with the same ``security``, it is waited for until it serves and its handle
-    is returned; nothing is started.
+    Idempotent: if the broker recorded in ``data_dir`` is alive on ``port`` with the same ``security``, it is
+    waited for until it serves and its handle is returned; nothing is started.
 
-    Blocks: until the broker answers a metadata request (typically a few
-    seconds), or up to ``timeout`` seconds.  ``timeout`` does not cover the
-    one-time download by :func:`ensure_kafka_libs`, nor waiting for another
+    Blocks: until the broker answers a metadata request (typically a few seconds), or up to ``timeout`` seconds.
+    ``timeout`` does not cover the one-time download by :func:`ensure_kafka_libs`, nor waiting for another
     process that is starting or stopping a broker in the same ``data_dir``.
 
     Raises:
-        BrokerError: the broker recorded in ``data_dir`` runs on a different
-            port or in the other security mode; the storage was formatted in
-            the other security mode; ``port`` (or the chosen controller port)
-            is taken by another process; ``java`` (or, secured, ``openssl``)
-            cannot be found or fails; the Kafka jars cannot be fetched and verified
-            against the lock (:func:`ensure_kafka_libs`);
-            formatting the storage fails; the broker exits or does not serve
-            within ``timeout``; or (secured) the ACLs cannot be created.  In
-            the last cases the broker process is killed and the message ends
-            with the last lines of ``broker.log``.  No message contains a
-            generated password.
-        ValueError: ``port`` is not in 1..65534, ``timeout`` is not positive
-            or ``security`` is not one of :data:`SECURITY_MODES`.
+        BrokerError: the broker recorded in ``data_dir`` runs on a different port or in the other security
+            mode; the storage was formatted in the other security mode; ``port`` (or the chosen controller port)
+            is taken by another process; ``java`` (or, secured, ``openssl``) cannot be found or fails; the Kafka
+            jars cannot be fetched and verified against the lock (:func:`ensure_kafka_libs`); formatting the
+            storage fails; the broker exits or does not serve within ``timeout``; or (secured) the ACLs cannot
+            be created. In the last cases the broker process is killed and the message ends with the last lines
+            of ``broker.log``. No message contains a generated password.
+        ValueError: ``port`` is not in 1..65534, ``timeout`` is not positive or ``security`` is not one of
+            :data:`SECURITY_MODES`.
     """
-    if not 1 <= port <= 65534:
-        raise ValueError(f"port must be in 1..65534, got {port}")
-    if timeout <= 0:
-        raise ValueError(f"timeout must be positive, got {timeout}")
-    if security not in SECURITY_MODES:
-        raise ValueError(f"security must be one of {', '.join(SECURITY_MODES)}, got {security!r}")
-    ddir = _resolve_dir(data_dir, default_data_dir())
-    try:
-        ddir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BrokerError(f"cannot create the broker directory {ddir}: {exc}") from exc
-
+    _check_arguments(port, timeout, security)
+    ddir = make_directory(_resolve_dir(data_dir, default_data_dir()), "the broker directory")
     with file_lock(ddir / _LOCK_FILE):
         existing = _recorded_broker(ddir)
         if existing is not None:
             handle, recorded_port = existing
-            if recorded_port != port:
-                raise BrokerError(
-                    f"a broker from {ddir} is already running at "
-                    f"{handle.bootstrap_servers} (pid {handle.pid}), not on port "
-                    f"{port}; stop it first (`controlmsg broker stop`) or use "
-                    f"port {recorded_port}"
-                )
-            if handle.security != security:
-                raise BrokerError(
-                    f"a {handle.security} broker from {ddir} is already running at "
-                    f"{handle.bootstrap_servers} (pid {handle.pid}), not a {security} one; "
-                    "stop it first (`controlmsg broker stop`) or use another data directory"
-                )
+            refused = _refuse_running(handle, recorded_port, port, security)
+            if refused is not None:
+                raise BrokerError(refused)
             _logger.info("broker already running at %s", handle.bootstrap_servers)
             _serve_or_kill(handle, time.monotonic() + timeout)
             return handle
         _kill_orphan(ddir)
-
         libs = ensure_kafka_libs()
         java = java_executable()
         deadline = time.monotonic() + timeout
-
-        if not port_free(port):
-            raise BrokerError(
-                f"port {port} on {_HOST} is already in use by another process "
-                f"(not a broker recorded in {ddir}); choose another port or stop "
-                "whatever is listening there"
-            )
-        controller_port = _pick_controller_port(port)
-
-        formatted = (ddir / _STORAGE_DIR / "meta.properties").is_file()
+        controller_port = _controller_port(ddir, port)
+        formatted = kraft.is_formatted(ddir)
         if formatted and _storage_security(ddir) != security:
             raise BrokerError(
                 f"the broker storage in {ddir} was formatted for a {_storage_security(ddir)} broker, "
                 f"not a {security} one; use another data directory (--data-dir)"
             )
-        props = ddir / _PROPS_FILE
-        log4j = ddir / _LOG4J_FILE
-        log_path = ddir / _LOG_FILE
-        bootstrap = f"{_HOST}:{port}"
-        listeners = _PLAIN_LISTENERS.format(host=_HOST, port=port, controller_port=controller_port)
-        found: sec.BrokerSecrets | None = None
-        client_properties: dict[str, Path] = {}
-        if security == "sasl-ssl":
-            found = sec.load_or_create_secrets(ddir)
-            ca = sec.make_certificates(ddir, lambda cmd, what: _run_tool(cmd, what, _OPENSSL_TIMEOUT))
-            listeners = sec.server_listener_properties(ddir, port, controller_port, found, _HOST)
-            client_properties = sec.write_client_properties(ddir, bootstrap, found, ca)
-        write_text_atomic(props, _server_properties(ddir, controller_port, listeners), private=found is not None)
-        write_text_atomic(log4j, _LOG4J2_PROPERTIES)
-        jvm_opts = [f"-Dlog4j2.configurationFile={log4j}", "-cp", str(libs / "*")]
-
+        found, client_properties = _write_settings(ddir, port, controller_port, security)
         if not formatted:
-            _format_storage([java, *jvm_opts], props, deadline, found)
+            kraft.format_storage(java, libs, ddir, deadline, secrets=found)
             if found is not None:
                 write_text_atomic(ddir / _STORAGE_SECURITY_FILE, f"{security}\n")
             else:
                 (ddir / _STORAGE_SECURITY_FILE).unlink(missing_ok=True)
-
-        with contextlib.suppress(FileNotFoundError):
-            log_path.replace(ddir / (_LOG_FILE + ".1"))  # keep the previous run's log
-        argv = [java, _JVM_HEAP, *jvm_opts, "kafka.Kafka", str(props)]
-        pid = spawn_detached(argv, log_path)
-        handle = BrokerHandle(bootstrap_servers=bootstrap, pid=pid, data_dir=ddir, log_path=log_path,
-                              security=security, client_properties=client_properties)
-        try:
-            write_text_atomic(ddir / _PID_FILE, f"{pid}\n")
-            record = {
-                "bootstrap_servers": bootstrap,
-                "pid": pid,
-                "port": port,
-                "controller_port": controller_port,
-                "kafka_version": KAFKA_VERSION,
-                "security": security,
-                "client_properties": {user: str(path) for user, path in client_properties.items()},
-            }
-            write_text_atomic(ddir / _JSON_FILE, json.dumps(record, indent=2) + "\n")
-            _logger.info("started broker pid %d at %s", pid, bootstrap)
-        except BaseException:
-            _terminate(pid, ddir, 5.0)
-            _remove_record(ddir)
-            raise
+        handle = _spawn(java, libs, ddir, port, controller_port, security, client_properties)
         _serve_or_kill(handle, deadline)
         return handle
 
@@ -310,15 +213,13 @@ def start_broker(port: int = 9092, data_dir: Path | None = None, timeout: float 
 def stop_broker(data_dir: Path | None = None, timeout: float = 30.0) -> bool:
     """Stop the broker recorded in ``data_dir`` (default :func:`default_data_dir`).
 
-    Sends SIGTERM (Kafka shuts down cleanly), waits up to ``timeout`` seconds,
-    then SIGKILLs it.  Removes ``broker.pid`` and ``broker.json`` in every
-    case; the formatted storage is kept, so a later :func:`start_broker` on
-    the same ``data_dir`` reuses it.  Only a process that is verifiably this
-    data directory's broker is signalled (protects against pid reuse).
+    Sends SIGTERM (Kafka shuts down cleanly), waits up to ``timeout`` seconds, then SIGKILLs it. Removes
+    ``broker.pid`` and ``broker.json`` in every case; the formatted storage is kept, so a later
+    :func:`start_broker` on the same ``data_dir`` reuses it. Only a process that is verifiably this data
+    directory's broker is signalled (protects against pid reuse).
 
-    Blocks: until the process is gone (usually a few seconds; at most
-    ``timeout`` plus 10 s), or while another process is starting or stopping
-    a broker in the same ``data_dir``.
+    Blocks: until the process is gone (usually a few seconds; at most ``timeout`` plus 10 s), or while another
+    process is starting or stopping a broker in the same ``data_dir``.
 
     Returns:
         True if a running broker was stopped, False if none was running.
@@ -330,22 +231,19 @@ def stop_broker(data_dir: Path | None = None, timeout: float = 30.0) -> bool:
     if not ddir.is_dir():
         return False
     with file_lock(ddir / _LOCK_FILE):
-        pid = _read_pid(ddir)
-        stopped = False
-        if pid is not None and _is_our_broker(pid, ddir):
+        pid = kraft.running_pid(ddir)
+        if pid is not None:
             _logger.info("stopping broker pid %d", pid)
             _terminate(pid, ddir, timeout)
-            stopped = True
         _remove_record(ddir)
-        return stopped
+        return pid is not None
 
 
 def broker_status(data_dir: Path | None = None) -> BrokerHandle | None:
     """Return the broker recorded in ``data_dir`` if its process is alive, else None.
 
-    ``data_dir`` defaults to :func:`default_data_dir`.  Only the process is
-    checked (no network round trip), so a broker that a concurrent
-    :func:`start_broker` is still starting is reported as well.
+    ``data_dir`` defaults to :func:`default_data_dir`. Only the process is checked (no network round trip), so a
+    broker that a concurrent :func:`start_broker` is still starting is reported as well.
 
     Does not block (beyond reading a few small files) and does not raise.
     """
@@ -356,68 +254,95 @@ def broker_status(data_dir: Path | None = None) -> BrokerHandle | None:
 
 # ------------------------------------------------------------------- internals
 
-_LOG4J2_PROPERTIES = """\
-# Generated by controlmsg.clusters.broker (rewritten at every start).
-status = error
-name = controlmsg-broker
-appender.stdout.type = Console
-appender.stdout.name = STDOUT
-appender.stdout.target = SYSTEM_OUT
-appender.stdout.layout.type = PatternLayout
-appender.stdout.layout.pattern = [%d{ISO8601}] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.stdout.ref = STDOUT
-logger.raftserver.name = kafka.server.KafkaRaftServer
-logger.raftserver.level = INFO
-logger.brokerserver.name = kafka.server.BrokerServer
-logger.brokerserver.level = INFO
-logger.controllerserver.name = kafka.server.ControllerServer
-logger.controllerserver.level = INFO
-"""
+def _check_arguments(port: int, timeout: float, security: Security) -> None:
+    if not 1 <= port <= 65534:
+        raise ValueError(f"port must be in 1..65534, got {port}")
+    if timeout <= 0:
+        raise ValueError(f"timeout must be positive, got {timeout}")
+    if security not in SECURITY_MODES:
+        raise ValueError(f"security must be one of {', '.join(SECURITY_MODES)}, got {security!r}")
 
 
-def _properties_value(value: str) -> str:
-    return value.replace("\\", "\\\\")
+def _refuse_running(handle: BrokerHandle, recorded_port: int, port: int, security: Security) -> str | None:
+    """Why a start on ``port`` in ``security`` mode cannot return the broker already running from its
+    directory (``handle``, on ``recorded_port``), or None when it can. Pure."""
+    if recorded_port != port:
+        return (f"a broker from {handle.data_dir} is already running at {handle.bootstrap_servers} (pid "
+                f"{handle.pid}), not on port {port}; stop it first (`controlmsg broker stop`) or use port "
+                f"{recorded_port}")
+    if handle.security != security:
+        return (f"a {handle.security} broker from {handle.data_dir} is already running at "
+                f"{handle.bootstrap_servers} (pid {handle.pid}), not a {security} one; stop it first "
+                "(`controlmsg broker stop`) or use another data directory")
+    return None
 
 
-_PLAIN_LISTENERS = """\
-listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}
-advertised.listeners=PLAINTEXT://{host}:{port}
-controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
-"""
+def _settings(ddir: Path, port: int, controller_port: int, found: sec.BrokerSecrets | None) -> str:
+    """The broker's ``server.properties``: plaintext, or (``found``: its passwords) secured. Pure."""
+    if found is None:
+        listeners = kraft.plain_listeners(port, controller_port)
+    else:
+        listeners = sec.server_listener_properties(ddir, port, controller_port, found, _HOST)
+    return kraft.server_properties(ddir, controller_port, listeners)
 
 
-def _server_properties(data_dir: Path, controller_port: int, listeners: str, *, node_id: int = _NODE_ID,
-                       voters: str | None = None, brokers: int = 1) -> str:
-    """``server.properties`` with ``listeners``: the listener lines (and, secured, TLS, SASL and ACLs).
+def _record(handle: BrokerHandle, port: int, controller_port: int) -> dict[str, Any]:
+    """What ``broker.json`` holds of a started broker. Pure."""
+    return {
+        "bootstrap_servers": handle.bootstrap_servers,
+        "pid": handle.pid,
+        "port": port,
+        "controller_port": controller_port,
+        "kafka_version": KAFKA_VERSION,
+        "security": handle.security,
+        "client_properties": {user: str(path) for user, path in handle.client_properties.items()},
+    }
 
-    ``voters`` (``id@host:port,...``): the controller quorum, default this node alone. ``brokers``: the size of
-    the cluster; topics and the internal topics get ``min(3, brokers)`` replicas and need ``min(2, brokers)``
-    in sync (so on one broker everything stays at 1)."""
-    storage = _properties_value(str(data_dir / _STORAGE_DIR))
-    replicas, in_sync = min(3, brokers), min(2, brokers)
-    return f"""\
-# Generated by controlmsg.clusters (rewritten at every start).
-process.roles=broker,controller
-node.id={node_id}
-controller.quorum.voters={voters or f"{node_id}@{_HOST}:{controller_port}"}
-{listeners.rstrip()}
-log.dirs={storage}
-num.partitions=1
-default.replication.factor={replicas}
-min.insync.replicas={in_sync}
-offsets.topic.replication.factor={replicas}
-transaction.state.log.replication.factor={replicas}
-transaction.state.log.min.isr={in_sync}
-share.coordinator.state.topic.replication.factor={replicas}
-share.coordinator.state.topic.min.isr={in_sync}
-unclean.leader.election.enable=false
-group.initial.rebalance.delay.ms=0
-# Intermediate topics are created on purpose, with their partition count; a typo must not create one.
-auto.create.topics.enable=false
-"""
+
+def _write_settings(ddir: Path, port: int, controller_port: int,
+                    security: Security) -> tuple[sec.BrokerSecrets | None, dict[str, Path]]:
+    """Write the broker's settings into ``ddir``; secured, also its passwords (made once), a new CA and
+    certificate, and the clients' properties files. Returns the passwords (None: plaintext) and user ->
+    client properties file."""
+    found: sec.BrokerSecrets | None = None
+    client_properties: dict[str, Path] = {}
+    if security == "sasl-ssl":
+        found = sec.load_or_create_secrets(ddir)
+        ca = sec.make_certificates(ddir, lambda cmd, what: kraft.run_tool_redacted(cmd, what, _OPENSSL_TIMEOUT))
+        client_properties = sec.write_client_properties(ddir, f"{_HOST}:{port}", found, ca)
+    kraft.write_node_settings(ddir, _settings(ddir, port, controller_port, found), private=found is not None)
+    return found, client_properties
+
+
+def _spawn(java: str, libs: Path, ddir: Path, port: int, controller_port: int, security: Security,
+           client_properties: dict[str, Path]) -> BrokerHandle:
+    """Start the broker JVM and record it (``broker.pid``, ``broker.json``); no wait. If it cannot be recorded,
+    it is stopped and the error raised."""
+    pid = kraft.spawn_node(java, libs, ddir)
+    handle = BrokerHandle(bootstrap_servers=f"{_HOST}:{port}", pid=pid, data_dir=ddir,
+                          log_path=ddir / kraft.LOG_FILE, security=security, client_properties=client_properties)
+    try:
+        write_text_atomic(ddir / kraft.PID_FILE, f"{pid}\n")
+        write_text_atomic(ddir / _JSON_FILE, json.dumps(_record(handle, port, controller_port), indent=2) + "\n")
+        _logger.info("started broker pid %d at %s", pid, handle.bootstrap_servers)
+    except BaseException:
+        _terminate(pid, ddir, 5.0)
+        _remove_record(ddir)
+        raise
+    return handle
+
+
+def _controller_port(ddir: Path, port: int) -> int:
+    """``port + 1`` when it is free, else a free port. Raises :class:`BrokerError` when ``port`` is taken."""
+    if not port_free(port):
+        raise BrokerError(
+            f"port {port} on {_HOST} is already in use by another process "
+            f"(not a broker recorded in {ddir}); choose another port or stop "
+            "whatever is listening there"
+        )
+    if port_free(port + 1):
+        return port + 1
+    return free_ports(exclude={port})
 
 
 def _storage_security(data_dir: Path) -> Security:
@@ -429,83 +354,15 @@ def _storage_security(data_dir: Path) -> Security:
     return "sasl-ssl" if text == "sasl-ssl" else "plaintext"
 
 
-def _pick_controller_port(port: int) -> int:
-    if port_free(port + 1):
-        return port + 1
-    return free_ports(exclude={port})
-
-
-def _new_cluster_id() -> str:
-    """A random Kafka cluster id, as ``kafka-storage.sh random-uuid`` makes them."""
-    while True:
-        raw = base64.urlsafe_b64encode(os.urandom(16)).decode("ascii").rstrip("=")
-        if not raw.startswith("-"):  # Kafka avoids ids that look like options
-            return raw
-
-
-def _format_storage(java_cmd: Sequence[str], props: Path, deadline: float,
-                    found: sec.BrokerSecrets | None = None, cluster_id: str | None = None) -> None:
-    """Format the storage (of a new cluster, or of the cluster ``cluster_id``); with ``found``, create its
-    SCRAM users (their passwords never reach a log or an error message, only the tool's command line)."""
-    cluster_id = cluster_id or _new_cluster_id()
-    cmd = [
-        *java_cmd,
-        "kafka.tools.StorageTool",
-        "format",
-        "-t",
-        cluster_id,
-        "-c",
-        str(props),
-    ]
-    hidden: tuple[str, ...] = ()
-    if found is not None:
-        cmd += sec.scram_format_args(found)
-        hidden = found.all()
-    remaining = max(1.0, deadline - time.monotonic())
-    _logger.info("formatting Kafka storage: %s", sec.redact(shlex.join(cmd), hidden))
-    _run_tool(cmd, "formatting the broker storage", remaining, hidden=hidden)
-
-
-def _run_tool(cmd: Sequence[str], what: str, timeout: float, cwd: Path | None = None,
-              hidden: Sequence[str] = ()) -> str:
-    """Run a helper tool to completion; return its output. Raises :class:`BrokerError` naming the command
-    and the tail of its output when it cannot run, times out or fails; the ``hidden`` strings (passwords)
-    appear as ``***`` in the message."""
-    try:
-        return run_tool(cmd, what, timeout, cwd)
-    except BrokerError as exc:
-        if not hidden:
-            raise
-        raise BrokerError(sec.redact(str(exc), hidden)) from None
-
-
-def _is_our_broker(pid: int, data_dir: Path) -> bool:
-    """True if ``pid`` is alive and (as far as can be told) runs this dir's broker."""
-    return is_process_of(pid, "kafka.Kafka", str(data_dir / _PROPS_FILE))
-
-
-def _read_pid(data_dir: Path) -> int | None:
-    try:
-        return int((data_dir / _PID_FILE).read_text(encoding="utf-8").strip())
-    except (OSError, ValueError):
-        return None
-
-
 def _recorded_broker(data_dir: Path) -> tuple[BrokerHandle, int] | None:
     """The live broker recorded in ``data_dir`` and its port, if there is one."""
-    pid = _read_pid(data_dir)
-    if pid is None:
-        return None
+    pid = kraft.running_pid(data_dir)
     try:
         record = json.loads((data_dir / _JSON_FILE).read_text(encoding="utf-8"))
-        rec_pid = record["pid"]
-        bootstrap = record["bootstrap_servers"]
-        port = record["port"]
+        rec_pid, bootstrap, port = record["pid"], record["bootstrap_servers"], record["port"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not (isinstance(rec_pid, int) and isinstance(bootstrap, str) and isinstance(port, int) and rec_pid == pid):
-        return None
-    if not _is_our_broker(pid, data_dir):
         return None
     security: Security = "sasl-ssl" if record.get("security") == "sasl-ssl" else "plaintext"
     paths = record.get("client_properties")
@@ -513,35 +370,29 @@ def _recorded_broker(data_dir: Path) -> tuple[BrokerHandle, int] | None:
         {str(user): Path(path) for user, path in paths.items() if isinstance(path, str)}
         if isinstance(paths, dict) else {}
     )
-    handle = BrokerHandle(
-        bootstrap_servers=bootstrap,
-        pid=pid,
-        data_dir=data_dir,
-        log_path=data_dir / _LOG_FILE,
-        security=security,
-        client_properties=client_properties,
-    )
-    return handle, port
+    return BrokerHandle(bootstrap_servers=bootstrap, pid=rec_pid, data_dir=data_dir,
+                        log_path=data_dir / kraft.LOG_FILE, security=security,
+                        client_properties=client_properties), port
 
 
 def _kill_orphan(data_dir: Path) -> None:
     """Stop a broker of ``data_dir`` whose record is incomplete; clear stale files."""
-    pid = _read_pid(data_dir)
-    if pid is not None and _is_our_broker(pid, data_dir):
+    pid = kraft.running_pid(data_dir)
+    if pid is not None:
         _logger.warning("stopping unrecorded broker pid %d from %s", pid, data_dir)
         _terminate(pid, data_dir, 10.0)
     _remove_record(data_dir)
 
 
 def _remove_record(data_dir: Path) -> None:
-    for name in (_PID_FILE, _JSON_FILE):
+    for name in (kraft.PID_FILE, _JSON_FILE):
         (data_dir / name).unlink(missing_ok=True)
 
 
 def _terminate(pid: int, data_dir: Path, timeout: float) -> None:
     """SIGTERM ``data_dir``'s broker ``pid``, wait ``timeout`` s, then SIGKILL it (only while ``pid`` still
     is that broker). Raises BrokerError if it survives SIGKILL."""
-    terminate(pid, ("kafka.Kafka", str(data_dir / _PROPS_FILE)), timeout, what="broker process")
+    kraft.terminate_node(pid, data_dir, timeout, what="broker process")
 
 
 def _serve_or_kill(handle: BrokerHandle, deadline: float) -> None:
@@ -559,6 +410,7 @@ def _serve_or_kill(handle: BrokerHandle, deadline: float) -> None:
 
 
 def _wait_until_serving(handle: BrokerHandle, deadline: float) -> None:
+    """Until the broker returns cluster metadata that lists a broker (secured: to the admin user)."""
     host, _, port_text = handle.bootstrap_servers.rpartition(":")
     port = int(port_text)
     while True:
@@ -570,7 +422,7 @@ def _wait_until_serving(handle: BrokerHandle, deadline: float) -> None:
                 f"the Kafka broker at {handle.bootstrap_servers} (pid {handle.pid}) "
                 "did not serve in time; it was killed" + log_tail(handle.log_path)
             )
-        if tcp_accepts(host, port) and _answers_metadata(handle, min(5.0, remaining)):
+        if tcp_accepts(host, port) and kraft.registered_nodes(_admin_settings(handle), min(5.0, remaining)):
             return
         time.sleep(0.2)
 
@@ -601,22 +453,3 @@ def _grant_pipeline_acls(handle: BrokerHandle) -> None:
                 f"the broker at {handle.bootstrap_servers} did not create the ACL {binding}: {reason}"
                 + log_tail(handle.log_path)
             ) from exc
-
-
-def _answers_metadata(handle: BrokerHandle, timeout: float) -> bool:
-    """True once the broker returns cluster metadata that lists a broker (secured: to the admin user)."""
-    try:
-        from confluent_kafka.admin import AdminClient
-    except ImportError:  # pragma: no cover - confluent_kafka is a dependency
-        try:
-            log = handle.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return False
-        return "Kafka Server started" in log
-    # logger=: keep librdkafka's connection chatter out of the caller's stderr.
-    admin = AdminClient(_admin_settings(handle), logger=_logger)
-    try:
-        metadata = admin.list_topics(timeout=max(0.5, timeout))
-    except Exception:  # KafkaException while the broker is still starting
-        return False
-    return bool(metadata.brokers)

@@ -2,9 +2,9 @@
 controlmsg from a Connect client.
 
 ``python -m controlmsg.clusters.connect start [--dir D]`` prints the server's URL (``sc://127.0.0.1:PORT``);
-``stop`` ends it. Tests use :func:`start_server`/:func:`stop_server`. The process is pyspark's own
-``bin/spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer`` (what
-``sbin/start-connect-server.sh`` runs, without its daemon wrapper), ``spark-connect_*.jar`` coming with
+``status`` prints it while the server runs, ``stop`` ends it. Tests use :func:`start_server`/:func:`stop_server`.
+The process is pyspark's own ``bin/spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer``
+(what ``sbin/start-connect-server.sh`` runs, without its daemon wrapper), ``spark-connect_*.jar`` coming with
 pyspark; its Python workers run ``PYSPARK_PYTHON``, this interpreter unless set, so they can import
 controlmsg. Its working directory is its own directory, not a checkout: what the server finds, it finds
 through the installed package.
@@ -22,19 +22,31 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
-from controlmsg.clusters.processes import descendants, free_ports, log_tail, pid_alive, tcp_accepts
-from controlmsg.errors import ControlMsgError
+from controlmsg.clusters.processes import (
+    descendants,
+    free_ports,
+    is_process_of,
+    log_tail,
+    pid_alive,
+    tcp_accepts,
+    terminate_group,
+)
+from controlmsg.clusters.starter import CommandLine, spark_home
+from controlmsg.errors import LocalClusterError
 
-__all__ = ["ConnectServer", "ConnectServerError", "start_server", "stop_server"]
+__all__ = ["ConnectServer", "ConnectServerError", "server_status", "start_server", "stop_server"]
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 _HOST = "127.0.0.1"
 _CLIENT_ONLY = frozenset({"SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE", "SPARK_API_MODE"})
+_RECORD_FILE = "server.txt"
+_PORT_SETTING = "spark.connect.grpc.binding.port"
 
 
-class ConnectServerError(ControlMsgError):
-    """The local Spark Connect server cannot be started."""
+class ConnectServerError(LocalClusterError):
+    """The local Spark Connect server cannot be started or stopped."""
 
 
 @dataclass(frozen=True)
@@ -48,12 +60,6 @@ class ConnectServer:
         return self.directory / "server.log"
 
 
-def _spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).parent
-
-
 def start_server(directory: Path, *, master: str = "local[2]", conf: Mapping[str, str] | None = None,
                  timeout: float = 180.0) -> ConnectServer:
     """Start a Connect server on a free port, its log and working files in ``directory``; block until it
@@ -62,17 +68,21 @@ def start_server(directory: Path, *, master: str = "local[2]", conf: Mapping[str
 
     ``master``: the server's Spark master; ``conf``: more Spark settings (over the defaults: UTC, no UI,
     4 shuffle partitions). Raises :class:`ConnectServerError`, with the tail of the server's log, when the
-    server exits or does not answer within ``timeout`` seconds; it is stopped then.
+    server exits or does not answer within ``timeout`` seconds (it is stopped then), or when pyspark is not
+    installed.
     """
     from controlmsg.spark.class_archive import driver_java_options
 
     directory.mkdir(parents=True, exist_ok=True)
-    home = _spark_home()
+    try:
+        home = spark_home("the Spark Connect server runs from its installation")
+    except LocalClusterError as exc:
+        raise ConnectServerError(str(exc)) from exc
     python = os.environ.get("PYSPARK_PYTHON", sys.executable)
     port = free_ports()
     settings = {
         "spark.connect.grpc.binding.address": _HOST,
-        "spark.connect.grpc.binding.port": str(port),
+        _PORT_SETTING: str(port),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "4",
@@ -107,60 +117,81 @@ def start_server(directory: Path, *, master: str = "local[2]", conf: Mapping[str
             stop_server(server)
             raise ConnectServerError(f"the Spark Connect server {failure}" + log_tail(log))
         time.sleep(0.5)
-    (directory / "server.txt").write_text(f"{server.url}\n{server.pid}\n")
+    (directory / _RECORD_FILE).write_text(f"{server.url}\n{server.pid}\n")
     return server
+
+
+def _markers(server: ConnectServer) -> tuple[str, str]:
+    return SERVER_CLASS, f"{_PORT_SETTING}={server.url.rpartition(':')[2]}"
 
 
 def stop_server(server: ConnectServer, timeout: float = 30.0) -> None:
     """Stop the server and its Python workers: its process group (SIGTERM, then SIGKILL after ``timeout``
-    s), then any of its descendants left (the PySpark daemon makes a process group of its own). Returns at
-    once if it has already gone."""
+    s; :func:`~controlmsg.clusters.processes.terminate_group`), then any of its descendants left (the PySpark
+    daemon makes a process group of its own). Returns at once if it has already gone. Blocks until the server
+    is gone; raises :class:`ConnectServerError` when it survives SIGKILL."""
     workers = descendants(server.pid)
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(server.pid, sig)
-        except ProcessLookupError:
-            break
-        if _group_gone(server.pid, wait):
-            break
-    for pid in workers:
-        if pid_alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+    try:
+        terminate_group(server.pid, _markers(server), timeout, what="the Spark Connect server")
+    except LocalClusterError as exc:
+        raise ConnectServerError(str(exc)) from exc
+    finally:
+        for pid in workers:
+            if pid_alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
-def _group_gone(pgid: int, wait: float) -> bool:
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pgid, os.WNOHANG)  # the leader, if it is our child, is a zombie until reaped
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.2)
-    return False
+def _recorded(directory: Path) -> ConnectServer | None:
+    """The server recorded in ``directory``, running or not."""
+    try:
+        url, pid = (directory / _RECORD_FILE).read_text().split()
+        return ConnectServer(url, int(pid), directory)
+    except (OSError, ValueError):
+        return None
+
+
+def server_status(directory: Path) -> ConnectServer | None:
+    """The server recorded in ``directory`` if it runs, else None. Does not block, does not raise."""
+    server = _recorded(directory.resolve())
+    return server if server is not None and is_process_of(server.pid, *_markers(server)) else None
+
+
+def _stop_recorded(directory: Path) -> bool:
+    """Stop the server recorded in ``directory`` and remove its record; False when none is recorded."""
+    directory = directory.resolve()
+    server = _recorded(directory)
+    if server is None:
+        return False
+    stop_server(server)
+    (directory / _RECORD_FILE).unlink()
+    return True
+
+
+def _add_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--master", default="local[2]")
+
+
+_COMMAND: Final = CommandLine[ConnectServer](
+    prog="python -m controlmsg.clusters.connect",
+    description=(__doc__ or "").split("\n")[0],
+    label="Spark Connect server",
+    directory=".controlmsg/connect-server",
+    directory_help="its log, record and working files (default .controlmsg/connect-server)",
+    start=lambda args: print(start_server(args.dir.resolve(), master=args.master).url),
+    status=server_status,
+    address=lambda found: found.url,
+    stop=_stop_recorded,
+    nothing_to_stop="no Connect server recorded in {dir}",
+    nothing_to_stop_code=1,
+    options=_add_options,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m controlmsg.clusters.connect",
-                                     description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("action", choices=["start", "stop"])
-    parser.add_argument("--dir", default=".controlmsg/connect-server")
-    parser.add_argument("--master", default="local[2]")
-    args = parser.parse_args(argv)
-    directory = Path(args.dir).resolve()
-    if args.action == "start":
-        print(start_server(directory, master=args.master).url)
-        return 0
-    record = directory / "server.txt"
-    if not record.exists():
-        print(f"no Connect server recorded in {directory}", file=sys.stderr)
-        return 1
-    url, pid = record.read_text().split()
-    stop_server(ConnectServer(url, int(pid), directory))
-    record.unlink()
-    return 0
+    """``python -m controlmsg.clusters.connect start|stop|status [--dir D] [--master M]``
+    (:class:`~controlmsg.clusters.starter.CommandLine`); returns the exit code."""
+    return _COMMAND.main(argv)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """A local replicated Apache Kafka cluster: several KRaft nodes on one machine, for tests and demos.
 
 Every node is both a broker and a controller (a controller quorum of all nodes), runs from the same
-Maven Central jars as :mod:`controlmsg.clusters.broker`, and listens on ``127.0.0.1`` only. With three
+Maven Central jars as :mod:`controlmsg.clusters.broker`, with the same settings (:mod:`controlmsg.clusters.kraft`),
+and listens on ``127.0.0.1`` only. With three
 nodes: topics default to replication factor 3 and ``min.insync.replicas`` 2, and so do the internal
 topics (consumer offsets, transaction state), so any one node may die without losing a committed write
 or a transaction; unclean leader election is off.
@@ -32,16 +33,16 @@ from pathlib import Path
 from typing import Any
 
 from controlmsg.clusters import broker as _broker
+from controlmsg.clusters import kraft
+from controlmsg.clusters.kafka_jars import KAFKA_VERSION, ensure_kafka_libs
 from controlmsg.clusters.processes import (
     file_lock,
     free_ports,
-    is_process_of,
     java_executable,
     log_tail,
+    make_directory,
     pid_alive,
     port_free,
-    spawn_detached,
-    terminate,
     write_text_atomic,
 )
 from controlmsg.errors import BrokerError
@@ -59,13 +60,9 @@ __all__ = [
     "stop_node",
 ]
 
-_HOST = "127.0.0.1"
+_HOST = kraft.HOST
 _CLUSTER_FILE = "cluster.json"
 _LOCK_FILE = ".cluster.lock"
-_PROPS_FILE = "server.properties"
-_LOG4J_FILE = "log4j2.properties"
-_LOG_FILE = "broker.log"
-_PID_FILE = "broker.pid"
 
 _logger = logging.getLogger(__name__)
 
@@ -90,7 +87,7 @@ class NodeHandle:
 
     @property
     def log_path(self) -> Path:
-        return self.data_dir / _LOG_FILE
+        return self.data_dir / kraft.LOG_FILE
 
     @property
     def address(self) -> str:
@@ -149,16 +146,12 @@ def start_kafka_cluster(brokers: int = 3, port: int = 9092, data_dir: Path | Non
         raise ValueError(f"a cluster has at least 2 nodes, got {brokers} (one broker: start_broker)")
     if not 1 <= port <= 65535 - brokers:
         raise ValueError(f"port must be in 1..{65535 - brokers}, got {port}")
-    ddir = _resolve(data_dir)
-    try:
-        ddir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BrokerError(f"cannot create the cluster directory {ddir}: {exc}") from exc
-    if (ddir / "logs" / "meta.properties").is_file() or _broker.broker_status(ddir) is not None:
+    ddir = make_directory(_resolve(data_dir), "the cluster directory")
+    if kraft.is_formatted(ddir) or _broker.broker_status(ddir) is not None:
         raise BrokerError(f"{ddir} holds a single broker, not a cluster; use another --data-dir")
     with file_lock(ddir / _LOCK_FILE):
         layout = _layout(ddir, brokers, port)
-        libs = _broker.ensure_kafka_libs()
+        libs = ensure_kafka_libs()
         java = java_executable()
         deadline = time.monotonic() + timeout
         started: list[int] = []
@@ -194,8 +187,8 @@ def stop_kafka_cluster(data_dir: Path | None = None, timeout: float = 30.0) -> i
             with contextlib.suppress(ProcessLookupError):
                 os.kill(node.pid or 0, signal.SIGTERM)
         for node in running:
-            terminate(node.pid or 0, _markers(node.data_dir), timeout, what=f"node {node.node_id} process")
-            (node.data_dir / _PID_FILE).unlink(missing_ok=True)
+            kraft.terminate_node(node.pid or 0, node.data_dir, timeout, what=f"node {node.node_id} process")
+            (node.data_dir / kraft.PID_FILE).unlink(missing_ok=True)
         return len(running)
 
 
@@ -238,18 +231,6 @@ def _resolve(data_dir: Path | None) -> Path:
     return (data_dir if data_dir is not None else _broker.default_data_dir()).expanduser().resolve()
 
 
-def _markers(node_dir: Path) -> tuple[str, str]:
-    return ("kafka.Kafka", str(node_dir / _PROPS_FILE))
-
-
-def _node_pid(node_dir: Path) -> int | None:
-    try:
-        pid = int((node_dir / _PID_FILE).read_text(encoding="utf-8").strip())
-    except (OSError, ValueError):
-        return None
-    return pid if is_process_of(pid, *_markers(node_dir)) else None
-
-
 def _read_record(ddir: Path) -> dict[str, Any]:
     try:
         record = json.loads((ddir / _CLUSTER_FILE).read_text(encoding="utf-8"))
@@ -267,7 +248,7 @@ def _handle(ddir: Path) -> ClusterHandle:
         node_dir = ddir / f"node-{int(n['node_id'])}"
         nodes.append(NodeHandle(node_id=int(n["node_id"]), port=int(n["port"]),
                                 controller_port=int(n["controller_port"]), data_dir=node_dir,
-                                pid=_node_pid(node_dir)))
+                                pid=kraft.running_pid(node_dir)))
     return ClusterHandle(data_dir=ddir, cluster_id=str(record["cluster_id"]), nodes=tuple(nodes))
 
 
@@ -289,8 +270,8 @@ def _layout(ddir: Path, brokers: int, port: int) -> ClusterHandle:
     for _ in range(brokers):
         controller_ports.append(free_ports(exclude={*client_ports, *controller_ports}))
     record = {
-        "cluster_id": _broker._new_cluster_id(),
-        "kafka_version": _broker.KAFKA_VERSION,
+        "cluster_id": kraft.new_cluster_id(),
+        "kafka_version": KAFKA_VERSION,
         "nodes": [{"node_id": i + 1, "port": client_ports[i], "controller_port": controller_ports[i]}
                   for i in range(brokers)],
     }
@@ -314,19 +295,13 @@ def _start_node(cluster: ClusterHandle, node: NodeHandle, java: str, libs: Path,
                                   f"(waited {time.monotonic() - waited:.0f} s)")
             time.sleep(0.5)
     voters = ",".join(f"{n.node_id}@{_HOST}:{n.controller_port}" for n in cluster.nodes)
-    listeners = _broker._PLAIN_LISTENERS.format(host=_HOST, port=node.port, controller_port=node.controller_port)
-    props = ndir / _PROPS_FILE
-    log4j = ndir / _LOG4J_FILE
-    write_text_atomic(props, _broker._server_properties(ndir, node.controller_port, listeners, node_id=node.node_id,
-                                                         voters=voters, brokers=len(cluster.nodes)))
-    write_text_atomic(log4j, _broker._LOG4J2_PROPERTIES)
-    jvm_opts = [f"-Dlog4j2.configurationFile={log4j}", "-cp", str(libs / "*")]
-    if not (ndir / "logs" / "meta.properties").is_file():
-        _broker._format_storage([java, *jvm_opts], props, deadline, cluster_id=cluster.cluster_id)
-    with contextlib.suppress(FileNotFoundError):
-        node.log_path.replace(ndir / (_LOG_FILE + ".1"))
-    pid = spawn_detached([java, _broker._JVM_HEAP, *jvm_opts, "kafka.Kafka", str(props)], node.log_path)
-    write_text_atomic(ndir / _PID_FILE, f"{pid}\n")
+    listeners = kraft.plain_listeners(node.port, node.controller_port)
+    kraft.write_node_settings(ndir, kraft.server_properties(ndir, node.controller_port, listeners, node_id=node.node_id,
+                                                            voters=voters, brokers=len(cluster.nodes)))
+    if not kraft.is_formatted(ndir):
+        kraft.format_storage(java, libs, ndir, deadline, cluster_id=cluster.cluster_id)
+    pid = kraft.spawn_node(java, libs, ndir)
+    write_text_atomic(ndir / kraft.PID_FILE, f"{pid}\n")
     _logger.info("started node %d (pid %d) at %s", node.node_id, pid, node.address)
     return pid
 
@@ -335,8 +310,8 @@ def _stop(ddir: Path, node_id: int, timeout: float) -> bool:
     node = _handle(ddir).node(node_id)
     if node.pid is None:
         return False
-    terminate(node.pid, _markers(node.data_dir), timeout, what=f"node {node_id} process")
-    (node.data_dir / _PID_FILE).unlink(missing_ok=True)
+    kraft.terminate_node(node.pid, node.data_dir, timeout, what=f"node {node_id} process")
+    (node.data_dir / kraft.PID_FILE).unlink(missing_ok=True)
     return True
 
 
@@ -353,9 +328,6 @@ def _signal(data_dir: Path | None, node_id: int, sig: signal.Signals) -> bool:
 
 def _wait_until_serving(handle: ClusterHandle, deadline: float) -> None:
     """Until the metadata that any node returns lists every node; a node that exits fails at once."""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": handle.bootstrap_servers}, logger=_logger)
     want = {n.node_id for n in handle.nodes}
     seen: set[int] = set()
     while True:
@@ -369,8 +341,7 @@ def _wait_until_serving(handle: ClusterHandle, deadline: float) -> None:
             tails = "".join(log_tail(handle.node(i).log_path) for i in missing[:1])
             raise BrokerError(f"the cluster in {handle.data_dir} did not serve in time: nodes {missing} are not "
                               f"registered" + tails)
-        with contextlib.suppress(Exception):
-            seen = set(admin.list_topics(timeout=min(5.0, max(0.5, remaining))).brokers)
-            if want <= seen:
-                return
+        seen = kraft.registered_nodes({"bootstrap.servers": handle.bootstrap_servers}, min(5.0, remaining)) or seen
+        if want <= seen:
+            return
         time.sleep(0.3)

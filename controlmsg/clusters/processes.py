@@ -1,8 +1,8 @@
 """Local processes for the test tools: detached daemons, their pids, locks, atomic files, helper tools.
 
-What :mod:`controlmsg.clusters.broker` and :mod:`controlmsg.clusters.kraft_cluster` share to run Kafka
-nodes as detached JVMs and to stop them safely (a pid is only signalled while it still runs the
-expected command line, which guards against pid reuse). POSIX only.
+What the local clusters share to run their servers as detached processes and to stop them safely (a pid
+is only signalled while it still runs the expected command line, which guards against pid reuse); the
+start/status/stop shape they fill in is :mod:`controlmsg.clusters.starter`. POSIX only.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pathlib import Path
 from controlmsg.errors import BrokerError, LocalClusterError
 
 __all__ = [
-    "as_text", "cmdline", "descendants", "file_lock", "is_process_of", "java_executable", "log_tail", "pid_alive",
-    "port_free",
-    "run_tool", "spawn_detached", "tail_section", "tcp_accepts", "terminate", "terminate_group", "write_text_atomic",
+    "as_text", "cmdline", "descendants", "file_lock", "is_process_of", "java_executable", "keep_previous_log",
+    "log_tail", "make_directory", "pid_alive", "port_free", "run_tool", "spawn_detached", "tail_section",
+    "tcp_accepts", "terminate", "terminate_group", "write_text_atomic",
 ]
 
 LOG_TAIL_LINES = 30
@@ -60,6 +60,24 @@ def write_text_atomic(path: Path, text: str, *, private: bool = False) -> None:
         tmp.replace(path)
     except OSError as exc:
         raise BrokerError(f"cannot write {path}: {exc}") from exc
+
+
+def make_directory(path: Path, what: str, error: type[LocalClusterError] = BrokerError) -> Path:
+    """``path`` made absolute (``~`` expanded) and created with its parents if missing. Raises ``error``
+    ("cannot create ``what`` ``path``: why") when it cannot be created."""
+    path = path.expanduser().resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise error(f"cannot create {what} {path}: {exc}") from exc
+    return path
+
+
+def keep_previous_log(log_path: Path) -> None:
+    """Move ``log_path`` (if there is one) to ``<log_path>.1``, so a new start writes a log of its own and the
+    previous run's stays beside it. Does not raise when there is none."""
+    with contextlib.suppress(FileNotFoundError):
+        log_path.replace(log_path.with_name(log_path.name + ".1"))
 
 
 def as_text(data: str | bytes | None) -> str:

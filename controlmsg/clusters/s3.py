@@ -21,28 +21,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import json
-import logging
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, ClassVar, Final
 
 from controlmsg.clusters.maven_jars import Coordinate, JarSet, ensure_jars, read_lock, write_lock
-from controlmsg.clusters.processes import (
-    file_lock,
-    free_ports,
-    is_process_of,
-    log_tail,
-    pid_alive,
-    spawn_detached,
-    terminate_group,
-    write_text_atomic,
-)
+from controlmsg.clusters.processes import free_ports
+from controlmsg.clusters.starter import CommandLine, Launch, Starter
 from controlmsg.errors import LocalClusterError
 
 __all__ = [
@@ -95,7 +84,6 @@ _SERVER_MODULE = "moto.server"
 _STOP_TIMEOUT = 10.0
 _REQUEST_TIMEOUT = 10.0
 
-_logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -151,6 +139,46 @@ def s3a_spark_conf(endpoint: S3Endpoint, cache_dir: Path | None = None) -> dict[
 # ------------------------------------------------------------------------------------- start / stop
 
 
+@dataclass(frozen=True)
+class _S3(Starter[S3Endpoint]):
+    """moto's server on the skeleton of :class:`~controlmsg.clusters.starter.Starter`."""
+
+    label: ClassVar[str] = "S3 endpoint"
+    error: ClassVar[type[LocalClusterError]] = S3Error
+    record_file: ClassVar[str] = _JSON_FILE
+    log_file: ClassVar[str] = _LOG_FILE
+    lock_file: ClassVar[str] = _LOCK
+    stop_timeout: ClassVar[float] = _STOP_TIMEOUT
+    late: ClassVar[str] = "did not answer"
+
+    def check(self) -> None:
+        if importlib.util.find_spec("moto") is None or importlib.util.find_spec("flask") is None:
+            raise S3Error(f"moto's server is not installed in this Python ({sys.executable}); install it with "
+                          "pip install 'controlmsg[test]' (or 'moto[server]')")
+
+    def launch(self, directory: Path) -> Launch[S3Endpoint]:
+        port = free_ports()
+        return Launch([sys.executable, "-m", _SERVER_MODULE, "-H", _HOST, "-p", str(port)],
+                      lambda pid: S3Endpoint(f"http://{_HOST}:{port}", port, pid, directory))
+
+    def serves(self, handle: S3Endpoint) -> bool:
+        with contextlib.suppress(OSError):
+            return _request(handle, "GET", "/")[0] == 200  # S3's ListBuckets
+        return False
+
+    def address(self, handle: S3Endpoint) -> str:
+        return handle.url
+
+    def markers(self, handle: S3Endpoint) -> tuple[str, ...]:
+        return _SERVER_MODULE, f"-p {handle.port}"
+
+    def to_record(self, handle: S3Endpoint) -> dict[str, object]:
+        return {"url": handle.url, "port": handle.port, "pid": handle.pid}
+
+    def from_record(self, record: Mapping[str, Any], directory: Path) -> S3Endpoint:
+        return S3Endpoint(str(record["url"]), int(record["port"]), int(record["pid"]), directory)
+
+
 def start_s3(directory: Path, *, timeout: float = 60.0) -> S3Endpoint:
     """Start moto's S3 server on a free port of 127.0.0.1, its log and record in ``directory`` (created if
     missing), and block until it answers an S3 request; return its handle. It starts empty.
@@ -166,42 +194,7 @@ def start_s3(directory: Path, *, timeout: float = 60.0) -> S3Endpoint:
             answer within ``timeout`` (it is then killed, and the message ends with the last lines of its log).
         ValueError: ``timeout`` is not positive.
     """
-    if timeout <= 0:
-        raise ValueError(f"timeout must be positive, got {timeout}")
-    if importlib.util.find_spec("moto") is None or importlib.util.find_spec("flask") is None:
-        raise S3Error(f"moto's server is not installed in this Python ({sys.executable}); install it with "
-                      "pip install 'controlmsg[test]' (or 'moto[server]')")
-    directory = directory.expanduser().resolve()
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise S3Error(f"cannot create the S3 endpoint's directory {directory}: {exc}") from exc
-    with file_lock(directory / _LOCK):
-        running = s3_status(directory)
-        if running is not None:
-            return running
-        (directory / _JSON_FILE).unlink(missing_ok=True)
-        port = free_ports()
-        log = directory / _LOG_FILE
-        with contextlib.suppress(FileNotFoundError):
-            log.replace(directory / (_LOG_FILE + ".1"))
-        started = time.monotonic()
-        pid = spawn_detached([sys.executable, "-m", _SERVER_MODULE, "-H", _HOST, "-p", str(port)], log)
-        endpoint = S3Endpoint(f"http://{_HOST}:{port}", port, pid, directory)
-        try:
-            _wait_until_serving(endpoint, started + timeout, timeout)
-            write_text_atomic(directory / _JSON_FILE, json.dumps(
-                {"url": endpoint.url, "port": port, "pid": pid}, indent=2) + "\n")
-        except BaseException:
-            with contextlib.suppress(LocalClusterError):
-                terminate_group(pid, _markers(port), 5.0, what="the local S3 endpoint")
-            raise
-        _logger.info("S3 endpoint up at %s (pid %d) in %.1f s", endpoint.url, pid, time.monotonic() - started)
-        return endpoint
-
-
-def _markers(port: int) -> tuple[str, str]:
-    return _SERVER_MODULE, f"-p {port}"
+    return _S3().start(directory, timeout)
 
 
 def _request(endpoint: S3Endpoint, method: str, path: str) -> tuple[int, str]:
@@ -221,20 +214,6 @@ def _s3_error(body: str) -> str:
     return ": ".join(fields) if fields else body.strip()[:200]
 
 
-def _wait_until_serving(endpoint: S3Endpoint, deadline: float, timeout: float) -> None:
-    while True:
-        if not pid_alive(endpoint.pid):
-            raise S3Error(f"the local S3 endpoint (pid {endpoint.pid}) exited during start-up"
-                          + log_tail(endpoint.log_path))
-        with contextlib.suppress(OSError):
-            if _request(endpoint, "GET", "/")[0] == 200:  # S3's ListBuckets
-                return
-        if time.monotonic() >= deadline:
-            raise S3Error(f"the local S3 endpoint at {endpoint.url} (pid {endpoint.pid}) did not answer within "
-                          f"{timeout:g} s; it was killed" + log_tail(endpoint.log_path))
-        time.sleep(0.2)
-
-
 def create_bucket(endpoint: S3Endpoint, bucket: str) -> str:
     """Create ``bucket`` on ``endpoint`` (in :data:`REGION`; an existing one of ours is kept) and return
     ``s3a://<bucket>``. Raises :class:`S3Error` naming the bucket and S3's error code and message when it
@@ -251,67 +230,49 @@ def create_bucket(endpoint: S3Endpoint, bucket: str) -> str:
 
 def s3_status(directory: Path) -> S3Endpoint | None:
     """The endpoint recorded in ``directory`` if its server runs, else None. Does not block, does not raise."""
-    directory = directory.expanduser().resolve()
-    try:
-        record = json.loads((directory / _JSON_FILE).read_text(encoding="utf-8"))
-        endpoint = S3Endpoint(str(record["url"]), int(record["port"]), int(record["pid"]), directory)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return endpoint if is_process_of(endpoint.pid, *_markers(endpoint.port)) else None
+    return _S3().status(directory)
 
 
 def stop_s3(directory: Path) -> bool:
     """Stop the endpoint recorded in ``directory`` (its objects are gone with it). Returns False when none
     was running. Blocks until it is gone. Raises :class:`S3Error` when it survives SIGKILL."""
-    directory = directory.expanduser().resolve()
-    if not directory.is_dir():
-        return False
-    with file_lock(directory / _LOCK):
-        endpoint = s3_status(directory)
-        (directory / _JSON_FILE).unlink(missing_ok=True)
-        if endpoint is None:
-            return False
-        try:
-            return terminate_group(endpoint.pid, _markers(endpoint.port), _STOP_TIMEOUT,
-                                   what="the local S3 endpoint")
-        except LocalClusterError as exc:
-            raise S3Error(str(exc)) from exc
+    return _S3().stop(directory)
+
+
+def _add_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bucket", default="controlmsg", help="with start: the bucket to create")
+
+
+def _start(args: argparse.Namespace) -> None:
+    """Start, create the bucket, print the Spark settings as ``--conf`` lines (and the bucket on stderr)."""
+    endpoint = start_s3(args.dir)
+    uri = create_bucket(endpoint, args.bucket)
+    for key, value in s3a_spark_conf(endpoint).items():
+        print(f"--conf {key}={value}")
+    print(f"# bucket: {uri}/", file=sys.stderr)
+
+
+_COMMAND: Final = CommandLine[S3Endpoint](
+    prog="python -m controlmsg.clusters.s3",
+    description="A local S3 endpoint (moto) and Spark's s3a settings for it.",
+    label="local S3 endpoint",
+    directory=".controlmsg/s3",
+    directory_help="its log and record (default .controlmsg/s3)",
+    start=_start,
+    status=s3_status,
+    address=lambda found: found.url,
+    stop=stop_s3,
+    options=_add_options,
+    actions={"fetch": ensure_s3a_jars, "write-lock": lambda: write_lock(S3A_JARS)},
+    actions_help="fetch: the S3A jars only; write-lock: resolve them anew and rewrite s3a-jars.lock "
+                 "(maintainers, after a version change; review the diff)",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m controlmsg.clusters.s3",
-                                     description="A local S3 endpoint (moto) and Spark's s3a settings for it.")
-    parser.add_argument("action", choices=["start", "stop", "status", "fetch", "write-lock"],
-                        help="fetch: the S3A jars only; write-lock: resolve them anew and rewrite s3a-jars.lock "
-                             "(maintainers, after a version change; review the diff)")
-    parser.add_argument("--dir", type=Path, default=Path(".controlmsg/s3"),
-                        help="its log and record (default .controlmsg/s3)")
-    parser.add_argument("--bucket", default="controlmsg", help="with start: the bucket to create")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        if args.action == "fetch":
-            print(ensure_s3a_jars())
-        elif args.action == "write-lock":
-            print(write_lock(S3A_JARS))
-        elif args.action == "start":
-            endpoint = start_s3(args.dir)
-            uri = create_bucket(endpoint, args.bucket)
-            for key, value in s3a_spark_conf(endpoint).items():
-                print(f"--conf {key}={value}")
-            print(f"# bucket: {uri}/", file=sys.stderr)
-        elif args.action == "status":
-            found = s3_status(args.dir)
-            if found is None:
-                print(f"no local S3 endpoint runs from {args.dir}", file=sys.stderr)
-                return 1
-            print(found.url)
-        elif not stop_s3(args.dir):
-            print(f"no local S3 endpoint ran from {args.dir}", file=sys.stderr)
-    except LocalClusterError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    """``python -m controlmsg.clusters.s3 start|stop|status|fetch|write-lock [--dir D] [--bucket B]``
+    (:class:`~controlmsg.clusters.starter.CommandLine`); returns the exit code."""
+    return _COMMAND.main(argv)
 
 
 if __name__ == "__main__":

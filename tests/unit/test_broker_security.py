@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from controlmsg.cli import build_parser
-from controlmsg.clusters import broker
+from controlmsg.clusters import kraft
 from controlmsg.clusters import security as sec
 from controlmsg.errors import BrokerError
 from controlmsg.kafka.settings import read_properties
@@ -67,7 +67,7 @@ def test_pipeline_grants_cover_what_controlmsg_does_and_nothing_more() -> None:
 
 def test_secured_server_properties(tmp_path: Path) -> None:
     found = sec.BrokerSecrets(users={"admin": "a-pw", "pipeline": "p-pw", "nobody": "n-pw"}, controller="c-pw")
-    text = broker._server_properties(
+    text = kraft.server_properties(
         tmp_path, 9094, sec.server_listener_properties(tmp_path, 9093, 9094, found, "127.0.0.1"))
     lines = dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
     assert lines["listeners"] == "SASL_SSL://127.0.0.1:9093,CONTROLLER://127.0.0.1:9094"
@@ -80,8 +80,7 @@ def test_secured_server_properties(tmp_path: Path) -> None:
 
 
 def test_plaintext_server_properties_are_unchanged(tmp_path: Path) -> None:
-    listeners = broker._PLAIN_LISTENERS.format(host="127.0.0.1", port=9092, controller_port=9093)
-    text = broker._server_properties(tmp_path, 9093, listeners)
+    text = kraft.server_properties(tmp_path, 9093, kraft.plain_listeners(9092, 9093))
     assert "listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093\n" in text
     assert "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n" in text
     assert "sasl" not in text and "authorizer" not in text
@@ -92,7 +91,7 @@ def test_passwords_are_redacted_from_tool_errors() -> None:
     args = sec.scram_format_args(found)
     assert args[:2] == ["--add-scram", "SCRAM-SHA-512=[name=admin,password=a-pw]"]
     with pytest.raises(BrokerError) as info:
-        broker._run_tool(["false", *args], "formatting", 10, hidden=found.all())
+        kraft.run_tool_redacted(["false", *args], "formatting", 10, hidden=found.all())
     assert "formatting failed" in str(info.value) and "pw" not in str(info.value)
 
 
@@ -107,7 +106,7 @@ def test_cli_broker_security_defaults_to_plaintext() -> None:
 def test_certificates_are_for_loopback_and_the_ca_key_is_gone(tmp_path: Path) -> None:
     import subprocess
 
-    ca = sec.make_certificates(tmp_path, lambda cmd, what: broker._run_tool(cmd, what, 60))
+    ca = sec.make_certificates(tmp_path, lambda cmd, what: kraft.run_tool_redacted(cmd, what, 60))
     tls = tmp_path / "tls"
     assert sorted(p.name for p in tls.iterdir()) == ["broker.pem", "ca.pem"]
     assert stat.S_IMODE((tls / "broker.pem").stat().st_mode) == 0o600

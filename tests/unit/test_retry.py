@@ -85,7 +85,12 @@ def test_transaction_retries_stop_at_the_timeout() -> None:
 
 def test_a_bounded_call_returns_or_raises_what_the_call_did() -> None:
     given: list[float] = []
-    assert bounded_call(lambda left: given.append(left) or "value", 2.5, what="commit_transaction") == "value"
+
+    def returns(left: float) -> str:
+        given.append(left)
+        return "value"
+
+    assert bounded_call(returns, 2.5, what="commit_transaction") == "value"
     assert given == [2.5]
     error = KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
 
