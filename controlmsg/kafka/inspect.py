@@ -20,6 +20,7 @@ from controlmsg.core.bookkeeping import InputTracker, PartitionStatus
 from controlmsg.core.codec import decode
 from controlmsg.errors import Location, ProtocolError, ReadError
 from controlmsg.kafka.admin import wait_for_topic, watermark_offsets
+from controlmsg.kafka.fetching import EOF_FETCH_WAIT_MS, consume_ready
 from controlmsg.kafka.settings import for_client
 
 __all__ = ["RunReport", "TopicReport", "inspect_topic"]
@@ -65,6 +66,7 @@ def inspect_topic(
             "group.id": f"controlmsg-inspect-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
+            "fetch.wait.max.ms": EOF_FETCH_WAIT_MS,
             **for_client(config, "consumer"),
             # The last offsets of a transactional topic are commit markers, which are never delivered: the
             # end of a partition is known from the partition-EOF event, whose offset is past them.
@@ -89,7 +91,7 @@ def inspect_topic(
                 raise ReadError(
                     f"inspecting topic {topic!r}: partitions {sorted(pending)} not read within {timeout:g} s"
                 )
-            for msg in cast(list[Any], consumer.consume(1000, 0.5)):
+            for msg in consume_ready(consumer, 1000, 0.5):
                 error = msg.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF and msg.offset() >= ends[msg.partition()]:

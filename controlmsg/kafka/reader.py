@@ -34,6 +34,7 @@ from controlmsg.kafka.deadletter import (
     DeadLetters,
     check_dead_letter_topic,
 )
+from controlmsg.kafka.fetching import EOF_FETCH_WAIT_MS, consume_ready
 from controlmsg.kafka.refusals import check_client
 from controlmsg.kafka.retry import ConsumerErrors
 from controlmsg.kafka.settings import for_client
@@ -236,6 +237,7 @@ class ControlReader:
             "auto.offset.reset": "earliest",
             # librdkafka's default (1 s) stalls fetching whenever its local queue fills (docs/PERFORMANCE.md).
             "fetch.queue.backoff.ms": 10,
+            **({"fetch.wait.max.ms": EOF_FETCH_WAIT_MS} if config.get("enable.partition.eof") else {}),
             **for_client(config, "consumer"),
         }
         self._consumer = Consumer(conf)
@@ -307,7 +309,7 @@ class ControlReader:
             return []
         try:
             # confluent-kafka's Message offsets are Optional; records read are never None
-            msgs = cast(list[Any], self._consumer.consume(self.batch_size, timeout))
+            msgs = consume_ready(self._consumer, self.batch_size, timeout)
         except KafkaException as exc:
             raise ReadError(f"reading topic {self.topic!r} failed: {exc.args[0]}") from exc
         if not msgs:

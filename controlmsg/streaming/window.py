@@ -44,6 +44,7 @@ from controlmsg.core.naming import task_name, transactional_id
 from controlmsg.errors import CheckpointError, DecodeError, ReadError
 from controlmsg.kafka.admin import wait_for_topic, watermark_offsets
 from controlmsg.kafka.checkpoint import Checkpoint
+from controlmsg.kafka.fetching import EOF_FETCH_WAIT_MS, consume_ready
 from controlmsg.kafka.periodic_log import Progress
 from controlmsg.kafka.reader import ControlReader, DataRecord
 from controlmsg.kafka.retry import ConsumerErrors
@@ -139,6 +140,7 @@ def read_task_state(config: Mapping[str, Any], state_topic: str, run_id: str, ta
     consumer = Consumer({
         # Larger fetches: a restore reads one partition, possibly millions of small records.
         "max.partition.fetch.bytes": 16 << 20,
+        "fetch.wait.max.ms": EOF_FETCH_WAIT_MS,  # the restore ends on the end-of-partition event
         **for_client(config, "consumer"),
         "group.id": f"controlmsg-window-state-{uuid.uuid4().hex}",
         "enable.auto.commit": False,
@@ -160,7 +162,7 @@ def read_task_state(config: Mapping[str, Any], state_topic: str, run_id: str, ta
                     f"state topic {state_topic!r} partition {partition}: end offset {high} not reached within "
                     f"{timeout:g} s of the last record (an open transaction holds the last stable offset back?)"
                 )
-            msgs: list[Any] = consumer.consume(10_000, 0.1)
+            msgs: list[Any] = consume_ready(consumer, 10_000, 0.1)
             at_end = False
             for msg in msgs:
                 err = msg.error()

@@ -20,6 +20,7 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from controlmsg.errors import ReadError
+from controlmsg.kafka.fetching import EOF_FETCH_WAIT_MS, consume_ready
 from controlmsg.kafka.periodic_log import Progress
 from controlmsg.kafka.reader import DataColumns
 from controlmsg.kafka.refusals import check_client, mark_reached
@@ -60,6 +61,8 @@ def consumer_conf(opts: ReadOptions, *, eof: bool) -> dict[str, Any]:
         "auto.offset.reset": "earliest" if opts.positions is not None and not opts.positions.fail_on_data_loss
         else "error",
         "enable.partition.eof": eof,
+        # the end of a transactional range is an end-of-partition event, which an empty fetch brings
+        **({"fetch.wait.max.ms": EOF_FETCH_WAIT_MS} if eof else {}),
         **dict(opts.config),
     }, "consumer")
 
@@ -117,7 +120,7 @@ this process with the same settings (:data:`_IDLE`)."""
     try:
         while open_parts:
             try:
-                msgs: list[Any] = consumer.consume(max(opts.batch_rows, 1000), POLL_S)
+                msgs: list[Any] = consume_ready(consumer, max(opts.batch_rows, 1000), POLL_S)
             except KafkaException as exc:
                 raise ReadError(f"reading topic {topic!r} failed: {exc.args[0]}") from exc
             if not msgs:

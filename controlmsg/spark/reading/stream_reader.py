@@ -32,6 +32,7 @@ from controlmsg.core.bookkeeping import InputTracker
 from controlmsg.core.codec import decode
 from controlmsg.errors import ControlMsgError, Location, ProtocolError, ReadError
 from controlmsg.kafka.admin import LatestOffsets, wait_for_topic, watermark_offsets
+from controlmsg.kafka.fetching import consume_ready
 from controlmsg.kafka.refusals import check_client
 from controlmsg.kafka.retry import ConsumerErrors
 from controlmsg.spark.batches import META_CONTROL, batch_builder
@@ -273,7 +274,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 break
             first = False
             try:
-                msgs: list[Any] = consumer.consume(1000, POLL_S)
+                msgs: list[Any] = consume_ready(consumer, 1000, POLL_S)
             except KafkaException as exc:
                 raise ReadError(f"reading topic {topic!r} failed: {exc.args[0]}") from exc
             if not msgs:
