@@ -438,7 +438,8 @@ def read_bare(conf: dict[str, Any], topic: str, partitions: int, total: int, env
 # ----------------------------------------------------------------------------------------------- main
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line (``--help``); exits 2 on values the measures cannot run with."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--records", type=int, default=DEFAULT_RECORDS, help=f"records per run (default {DEFAULT_RECORDS})")
     ap.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
@@ -448,18 +449,14 @@ def main() -> None:
                     help="leave the benchmark's own record lists in the GC's young generations (see the output)")
     add_cluster_options(ap)
     args = ap.parse_args()
-    n, rounds = args.records, args.rounds
-    if n < 2 * WATERMARK_EVERY or rounds < 1 or args.partitions < 1:
+    if args.records < 2 * WATERMARK_EVERY or args.rounds < 1 or args.partitions < 1:
         ap.error(f"need --records >= {2 * WATERMARK_EVERY}, --rounds >= 1, --partitions >= 1")
+    return args
 
-    machine_info()
-    started = perf()
-    values, keys = make_records(n)
-    sizes = [len(orjson.dumps(v)) for v in values[:DISTINCT]]
-    print(f"records: {n:,} dicts ({min(len(values), DISTINCT):,} distinct, cycled), JSON {min(sizes)}-{max(sizes)} "
-          f"bytes, mean {statistics.mean(sizes):.0f}; key: the user id (str, 12 chars)")
-    chunks = chunked(values, keys, WATERMARK_EVERY)
-    if args.no_gc_freeze:
+
+def freeze_records(no_gc_freeze: bool) -> None:
+    """Freeze the record lists out of the GC's sight, unless ``--no-gc-freeze``; say which."""
+    if no_gc_freeze:
         print("gc: the record lists stay visible to the GC: the many objects they hold make every full collection "
               "slower, which weighs on the side that allocates more (ControlReader: one DataRecord per record)")
     else:
@@ -467,9 +464,10 @@ def main() -> None:
         gc.freeze()
         print(f"gc: the record lists ({gc.get_freeze_count():,} objects, benchmark fixtures) are frozen out of the "
               "GC's sight; a real app with a large heap pays more per allocated object, see --no-gc-freeze")
-    results: list[Result] = []
 
-    # 1. codec ------------------------------------------------------------------------------------------
+
+def measure_codec(values: list[Any], n: int, rounds: int, results: list[Result]) -> float:
+    """[1] the codec and its floor (added to ``results``); returns the control messages' rate."""
     print("\n[1] codec: controlmsg loads(decode(encode_json(v))) vs orjson loads(dumps(v)), same records")
     ra, rb = alternate(max(rounds, 7), lambda: codec_controlmsg(values), lambda: codec_orjson(values), "codec")
     results.append(result("codec user msg encode+decode", ra, rb, 0.8, cpu=True))
@@ -478,91 +476,94 @@ def main() -> None:
     results.append(result("codec floor (inline bytes)", ra, rb, None, cpu=True))
     control_rate = max(codec_control(min(n, 100_000)) for _ in range(3))
     print(f"  control messages encode_control+decode: {fmt(control_rate)} msg/s (informational)")
+    return control_rate
 
-    with kafka_cluster(args) as cluster:
-        topics = Topics(cluster.config, args.partitions)
-        try:
-            # 2. writer ---------------------------------------------------------------------------------
-            pconf = {**cluster.config, "linger.ms": 5, "delivery.report.only.error": True}
-            print(f"\n[2] writer: {n:,} records + flush, each run into a fresh {args.partitions}-partition topic")
-            print(f"  librdkafka config, both: {pconf} (everything else default)")
-            print("  controlmsg: ControlWriter.send(v, key); adds on_delivery (called on errors only), a watermark "
-                  f"to every partition each {WATERMARK_EVERY:,} records and an end of stream at the end "
-                  f"({(n // WATERMARK_EVERY + 1) * args.partitions} control records, timed; rate counts data records)")
-            print("  baseline:   Producer.produce(topic, orjson.dumps(v), key), no callback, retry on BufferError")
-            ra, rb = alternate(
-                rounds,
-                lambda: write_controlmsg(topics, pconf, chunks, n),
-                lambda: write_bare(topics, pconf, chunks, n),
-                "writer",
-            )
-            results.append(result("writer send+flush", ra, rb, 0.9, cpu=True))
-            print("  the floor: the bare producer plus the least a writer of the format that sees its delivery "
-                  "errors does (the type byte, a delivery callback called on errors only), vs the bare producer")
-            ra, rb = alternate(
-                rounds,
-                lambda: write_bare(topics, pconf, chunks, n, envelope=True),
-                lambda: write_bare(topics, pconf, chunks, n),
-                "floor",
-            )
-            results.append(result("writer floor (bare + envelope)", ra, rb, None, cpu=True))
 
-            # 3. reader ---------------------------------------------------------------------------------
-            print(f"\n[3] reader: one topic, {n:,} data records from 2 tasks (watermark each {WATERMARK_EVERY:,} "
-                  "records per task, end of stream from each)")
-            t = perf()
-            topic, total = prepare_reader_topic(topics, pconf, values, keys)
-            print(f"  written: {total:,} Kafka records ({total - n} control) in {perf() - t:.1f} s (untimed)")
-            # librdkafka postpones a partition's next fetch by fetch.queue.backoff.ms (default 1000) once its
-            # prefetch queue is over its thresholds; a reader that then drains the queue in under a second sits
-            # idle for the rest of it. That random ~1 s stall would swamp a run of a few hundred ms, so both
-            # readers get 10 ms (librdkafka's own advice when such stalls show up).
-            rconf = {**cluster.config, "fetch.queue.backoff.ms": 10}
-            cconf = {
-                **rconf,
-                "group.id": f"bench-bare-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-            }
-            print(f"  librdkafka config, both: {rconf} (fetch.queue.backoff.ms: see the script)")
-            print(f"  controlmsg: ControlReader(config, topic, batch_size={BATCH}).poll(1.0) until all {n:,} data "
-                  "records are out; touches DataRecord key and payload")
-            print("  baseline:   Consumer with the reader's default settings added (private group.id, no auto commit, "
-                  f"read_committed), assign all partitions from the beginning, consume({BATCH}, 1.0), "
-                  "check error(), touch value() and key()")
-            print("  timed from the return of the first batch to the return of the last full batch, for both: consumer "
-                  "startup is excluded, and so is the final partial batch, which consume() only returns after its "
-                  "1 s timeout; rate = Kafka records (data + control) in that window / its duration")
-            ra, rb = alternate(
-                rounds,
-                lambda: read_controlmsg(rconf, topic, n),
-                lambda: read_bare(cconf, topic, args.partitions, total),
-                "reader",
-            )
-            results.append(result("reader poll", ra, rb, 0.8, cpu=True))
-            print("  the same, controlmsg side: ControlReader.poll_columns(columns, 1.0), fresh DataColumns a batch")
-            ra, rb = alternate(
-                rounds,
-                lambda: read_columns(rconf, topic, n),
-                lambda: read_bare(cconf, topic, args.partitions, total),
-                "columns",
-            )
-            results.append(result("reader poll_columns", ra, rb, 0.8, cpu=True))
-            print("  the floor: the bare loop plus the least the wire format asks per record (test the type byte, "
-                  "slice the payload off), vs the bare loop")
-            ra, rb = alternate(
-                rounds,
-                lambda: read_bare(cconf, topic, args.partitions, total, envelope=True),
-                lambda: read_bare(cconf, topic, args.partitions, total),
-                "floor",
-            )
-            results.append(result("reader floor (bare + envelope)", ra, rb, None, cpu=True))
-        finally:
-            topics.delete_all()
+def measure_writer(topics: Topics, pconf: dict[str, Any], chunks: list[tuple[list[Any], list[str]]], n: int,
+                   partitions: int, rounds: int, results: list[Result]) -> None:
+    """[2] the writer and its floor, each run into a fresh topic (added to ``results``)."""
+    print(f"\n[2] writer: {n:,} records + flush, each run into a fresh {partitions}-partition topic")
+    print(f"  librdkafka config, both: {pconf} (everything else default)")
+    print("  controlmsg: ControlWriter.send(v, key); adds on_delivery (called on errors only), a watermark "
+          f"to every partition each {WATERMARK_EVERY:,} records and an end of stream at the end "
+          f"({(n // WATERMARK_EVERY + 1) * partitions} control records, timed; rate counts data records)")
+    print("  baseline:   Producer.produce(topic, orjson.dumps(v), key), no callback, retry on BufferError")
+    ra, rb = alternate(
+        rounds,
+        lambda: write_controlmsg(topics, pconf, chunks, n),
+        lambda: write_bare(topics, pconf, chunks, n),
+        "writer",
+    )
+    results.append(result("writer send+flush", ra, rb, 0.9, cpu=True))
+    print("  the floor: the bare producer plus the least a writer of the format that sees its delivery "
+          "errors does (the type byte, a delivery callback called on errors only), vs the bare producer")
+    ra, rb = alternate(
+        rounds,
+        lambda: write_bare(topics, pconf, chunks, n, envelope=True),
+        lambda: write_bare(topics, pconf, chunks, n),
+        "floor",
+    )
+    results.append(result("writer floor (bare + envelope)", ra, rb, None, cpu=True))
 
-    # summary ---------------------------------------------------------------------------------------------
+
+def measure_reader(topics: Topics, config: dict[str, Any], pconf: dict[str, Any], values: list[Any],
+                   keys: list[str], n: int, partitions: int, rounds: int, results: list[Result]) -> None:
+    """[3] the reader (poll, poll_columns) and its floor, on one topic written first (added to ``results``)."""
+    print(f"\n[3] reader: one topic, {n:,} data records from 2 tasks (watermark each {WATERMARK_EVERY:,} "
+          "records per task, end of stream from each)")
+    t = perf()
+    topic, total = prepare_reader_topic(topics, pconf, values, keys)
+    print(f"  written: {total:,} Kafka records ({total - n} control) in {perf() - t:.1f} s (untimed)")
+    # librdkafka postpones a partition's next fetch by fetch.queue.backoff.ms (default 1000) once its
+    # prefetch queue is over its thresholds; a reader that then drains the queue in under a second sits
+    # idle for the rest of it. That random ~1 s stall would swamp a run of a few hundred ms, so both
+    # readers get 10 ms (librdkafka's own advice when such stalls show up).
+    rconf = {**config, "fetch.queue.backoff.ms": 10}
+    cconf = {
+        **rconf,
+        "group.id": f"bench-bare-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "earliest",
+    }
+    print(f"  librdkafka config, both: {rconf} (fetch.queue.backoff.ms: see the script)")
+    print(f"  controlmsg: ControlReader(config, topic, batch_size={BATCH}).poll(1.0) until all {n:,} data "
+          "records are out; touches DataRecord key and payload")
+    print("  baseline:   Consumer with the reader's default settings added (private group.id, no auto commit, "
+          f"read_committed), assign all partitions from the beginning, consume({BATCH}, 1.0), "
+          "check error(), touch value() and key()")
+    print("  timed from the return of the first batch to the return of the last full batch, for both: consumer "
+          "startup is excluded, and so is the final partial batch, which consume() only returns after its "
+          "1 s timeout; rate = Kafka records (data + control) in that window / its duration")
+    ra, rb = alternate(
+        rounds,
+        lambda: read_controlmsg(rconf, topic, n),
+        lambda: read_bare(cconf, topic, partitions, total),
+        "reader",
+    )
+    results.append(result("reader poll", ra, rb, 0.8, cpu=True))
+    print("  the same, controlmsg side: ControlReader.poll_columns(columns, 1.0), fresh DataColumns a batch")
+    ra, rb = alternate(
+        rounds,
+        lambda: read_columns(rconf, topic, n),
+        lambda: read_bare(cconf, topic, partitions, total),
+        "columns",
+    )
+    results.append(result("reader poll_columns", ra, rb, 0.8, cpu=True))
+    print("  the floor: the bare loop plus the least the wire format asks per record (test the type byte, "
+          "slice the payload off), vs the bare loop")
+    ra, rb = alternate(
+        rounds,
+        lambda: read_bare(cconf, topic, partitions, total, envelope=True),
+        lambda: read_bare(cconf, topic, partitions, total),
+        "floor",
+    )
+    results.append(result("reader floor (bare + envelope)", ra, rb, None, cpu=True))
+
+
+def print_summary(results: list[Result], control_rate: float, n: int, rounds: int, started: float) -> None:
+    """The table of rates and ratios against the goals, then the CPU cost per record."""
     print(f"\nsummary ({n:,} records, {rounds} alternating rounds for Kafka, {max(rounds, 7)} for the codec; total "
           f"{perf() - started:.0f} s; load average now {load_average()}). ratio: best rate / best rate; median ratio: "
           "median / median")
@@ -586,6 +587,30 @@ def main() -> None:
         if r.ours_cpu and r.base_cpu:
             ours, base = min(r.ours_cpu), min(r.base_cpu)
             print(f"{r.name:<30} | {ours:>17,.0f} | {base:>15,.0f} | {ours - base:>+8,.0f} | {base / ours:>5.2f}")
+
+
+def main() -> None:
+    args = parse_args()
+    n, rounds = args.records, args.rounds
+    machine_info()
+    started = perf()
+    values, keys = make_records(n)
+    sizes = [len(orjson.dumps(v)) for v in values[:DISTINCT]]
+    print(f"records: {n:,} dicts ({min(len(values), DISTINCT):,} distinct, cycled), JSON {min(sizes)}-{max(sizes)} "
+          f"bytes, mean {statistics.mean(sizes):.0f}; key: the user id (str, 12 chars)")
+    chunks = chunked(values, keys, WATERMARK_EVERY)
+    freeze_records(args.no_gc_freeze)
+    results: list[Result] = []
+    control_rate = measure_codec(values, n, rounds, results)
+    with kafka_cluster(args) as cluster:
+        topics = Topics(cluster.config, args.partitions)
+        try:
+            pconf = {**cluster.config, "linger.ms": 5, "delivery.report.only.error": True}
+            measure_writer(topics, pconf, chunks, n, args.partitions, rounds, results)
+            measure_reader(topics, cluster.config, pconf, values, keys, n, args.partitions, rounds, results)
+        finally:
+            topics.delete_all()
+    print_summary(results, control_rate, n, rounds, started)
     sys.stdout.flush()
 
 

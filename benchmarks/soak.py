@@ -625,7 +625,8 @@ def report(out: Path) -> None:
 # ---------------------------------------------------------------------------------------------- main
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def soak_parser() -> argparse.ArgumentParser:
+    """The soak run's command line (``--help``)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--minutes", type=float, default=60.0, help="how long the generator writes")
     p.add_argument("--rate", type=float, default=MEASURED_MAX_RATE / 2,
@@ -652,7 +653,56 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_cluster_options(p)
     p.add_argument("--report-only", type=Path, metavar="DIR",
                    help="only draw soak.png and write soak.md again from DIR's samples.csv, events.csv, summary.json")
-    a = p.parse_args(argv)
+    return p
+
+
+def end_checks(soak: Soak, a: argparse.Namespace, config: dict[str, Any], out: Path, checks: dict[str, Any]) -> None:
+    """Add to ``checks`` what the run ended with: exit codes and starts, late records and windows, records in
+    and out, the transactions left, the largest files, the oracle (unless ``--no-oracle``), the cleanup
+    listing."""
+    gen = soak.generator
+    checks["generator_exit"] = gen.returncode if gen else None
+    checks["job_exits"] = {n: j.returncode for n, j in soak.jobs.items()}
+    checks["job_starts"] = {n: j.starts for n, j in soak.jobs.items()}
+    checks["unplanned_exits"] = sum(1 for e in soak.events if e["event"] == "unplanned exit")
+    window = orjson.loads((soak.run_dir / "stream_window.json").read_bytes()) \
+        if (soak.run_dir / "stream_window.json").exists() else None
+    checks["late"] = None if window is None else sum(int(t["late"]) for t in window["tasks"])
+    checks["windows_emitted"] = None if window is None else sum(int(t["windows_emitted"]) for t in window["tasks"])
+    sink = orjson.loads((soak.run_dir / "stream_sink.json").read_bytes()) \
+        if (soak.run_dir / "stream_sink.json").exists() else None
+    checks["sink_rows"] = None if sink is None else sink.get("rows")
+    checks["records_in"] = sum(end_offsets(config, soak.source).values())
+    checks["records_out"] = output_rows(soak.output)
+    tx = soak.tx_tool.query(soak.run_topics())
+    checks["transactions_at_end"] = {"ongoing_at_coordinator": tx.ongoing, "open_on_run_partitions":
+                                     tx.open_partitions, "hanging": tx.hanging, "error": tx.error,
+                                     "listed": tx.raw.get("transactions", [])}
+    checks["largest_files"] = sorted(
+        ((str(f.relative_to(out)), f.stat().st_blocks * 512) for f in out.rglob("*") if f.is_file()),
+        key=lambda x: -x[1])[:10]
+    if not a.no_oracle:
+        checks["oracle"] = oracle_check(soak, a.keep_dump)
+        checks["oracle"]["counts_plus_late_equal_events"] = (
+            checks["late"] is not None
+            and checks["oracle"]["counted_in_output"] + checks["late"] == checks["records_in"])
+    checks["cleanup_listing"] = cleanup_listing(soak)
+
+
+def write_results(soak: Soak, out: Path, checks: dict[str, Any]) -> None:
+    """``summary.json`` and ``events.csv`` in ``out``, then, when there are samples, the report."""
+    checks["ended"] = now_iso()
+    (out / "summary.json").write_bytes(orjson.dumps(checks, option=orjson.OPT_INDENT_2))
+    with (out / "events.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, ["t_s", "utc", "event", "job", "detail"])
+        w.writeheader()
+        w.writerows(soak.events)
+    if soak.samples:
+        report(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = soak_parser().parse_args(argv)
     if a.report_only is not None:
         report(a.report_only)
         return 0
@@ -681,33 +731,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = False
     try:
         soak.run()
-        gen = soak.generator
-        checks["generator_exit"] = gen.returncode if gen else None
-        checks["job_exits"] = {n: j.returncode for n, j in soak.jobs.items()}
-        checks["job_starts"] = {n: j.starts for n, j in soak.jobs.items()}
-        checks["unplanned_exits"] = sum(1 for e in soak.events if e["event"] == "unplanned exit")
-        window = orjson.loads((soak.run_dir / "stream_window.json").read_bytes()) \
-            if (soak.run_dir / "stream_window.json").exists() else None
-        checks["late"] = None if window is None else sum(int(t["late"]) for t in window["tasks"])
-        checks["windows_emitted"] = None if window is None else sum(int(t["windows_emitted"]) for t in window["tasks"])
-        sink = orjson.loads((soak.run_dir / "stream_sink.json").read_bytes()) \
-            if (soak.run_dir / "stream_sink.json").exists() else None
-        checks["sink_rows"] = None if sink is None else sink.get("rows")
-        checks["records_in"] = sum(end_offsets(config, soak.source).values())
-        checks["records_out"] = output_rows(soak.output)
-        tx = soak.tx_tool.query(soak.run_topics())
-        checks["transactions_at_end"] = {"ongoing_at_coordinator": tx.ongoing, "open_on_run_partitions":
-                                         tx.open_partitions, "hanging": tx.hanging, "error": tx.error,
-                                         "listed": tx.raw.get("transactions", [])}
-        checks["largest_files"] = sorted(
-            ((str(f.relative_to(out)), f.stat().st_blocks * 512) for f in out.rglob("*") if f.is_file()),
-            key=lambda x: -x[1])[:10]
-        if not a.no_oracle:
-            checks["oracle"] = oracle_check(soak, a.keep_dump)
-            checks["oracle"]["counts_plus_late_equal_events"] = (
-                checks["late"] is not None
-                and checks["oracle"]["counted_in_output"] + checks["late"] == checks["records_in"])
-        checks["cleanup_listing"] = cleanup_listing(soak)
+        end_checks(soak, a, config, out, checks)
     except BaseException as exc:
         failed = True
         checks["error"] = f"{type(exc).__name__}: {exc}"
@@ -716,14 +740,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
     finally:
         soak.close()
-        checks["ended"] = now_iso()
-        (out / "summary.json").write_bytes(orjson.dumps(checks, option=orjson.OPT_INDENT_2))
-        with (out / "events.csv").open("w", newline="") as f:
-            w = csv.DictWriter(f, ["t_s", "utc", "event", "job", "detail"])
-            w.writeheader()
-            w.writerows(soak.events)
-        if soak.samples:
-            report(out)
+        write_results(soak, out, checks)
         if handle is not None:
             from controlmsg.clusters.broker import stop_broker
 

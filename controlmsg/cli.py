@@ -603,14 +603,29 @@ def _cmd_local(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``controlmsg`` command line: a sub-command each, whose ``func`` takes the parsed arguments."""
     parser = argparse.ArgumentParser(prog="controlmsg", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_broker_parser(sub)
+    _add_local_parser(sub)
+    _add_create_topic_parser(sub)
+    _add_produce_parser(sub)
+    _add_consume_parser(sub)
+    _add_inspect_parser(sub)
+    _add_metadata_parser(sub)
+    _add_cleanup_parser(sub)
+    _add_demo_parser(sub)
+    return parser
 
-    def kafka_opts(p: argparse.ArgumentParser) -> None:
-        add_client_options(p)
-        p.add_argument("--topic", required=True)
 
+def _add_kafka_options(p: argparse.ArgumentParser) -> None:
+    """The client options and the ``--topic`` of the sub-commands that work on one topic."""
+    add_client_options(p)
+    p.add_argument("--topic", required=True)
+
+
+def _add_broker_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b = sub.add_parser("broker", help="a local Kafka broker, or a local replicated cluster (no Docker needed)")
     b.add_argument("action", choices=["start", "stop", "status"])
     b.add_argument("--port", type=int, default=9092, help="client port (of the first node; node i uses port+i-1)")
@@ -623,6 +638,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "client-<user>.properties files are made in the data directory (default: plaintext)")
     b.set_defaults(func=_cmd_broker)
 
+
+def _add_local_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     local = sub.add_parser(
         "local", help="the local clusters: kafka (as `broker`), hdfs, s3, spark (standalone), connect",
         description="Start, stop or ask after a local cluster: `controlmsg local PART ACTION [OPTIONS]`, "
@@ -633,14 +650,18 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("rest", nargs=argparse.REMAINDER, help="ACTION [OPTIONS] of the part")
     local.set_defaults(func=_cmd_local)
 
+
+def _add_create_topic_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     t = sub.add_parser("create-topic", help="create an intermediate topic")
-    kafka_opts(t)
+    _add_kafka_options(t)
     t.add_argument("--partitions", type=int, required=True)
     add_topic_options(t)
     t.set_defaults(func=_cmd_create_topic)
 
+
+def _add_produce_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("produce", help="write user messages and control messages as one upstream task")
-    kafka_opts(p)
+    _add_kafka_options(p)
     p.add_argument("--task-name", required=True)
     p.add_argument("--task-count", type=int, required=True)
     p.add_argument("--run-id", default="")
@@ -651,8 +672,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, help="create the topic with this many partitions if missing")
     p.set_defaults(func=_cmd_produce)
 
+
+def _add_consume_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c = sub.add_parser("consume", help="read a topic, print data and reconciled events as JSON lines")
-    kafka_opts(c)
+    _add_kafka_options(c)
     c.add_argument("--run-id", help="follow this run only (default: the run of the first control message)")
     c.add_argument("--until-eos", action="store_true", help="exit 0 once every partition has ended")
     c.add_argument("--timeout", type=float, help="exit 3 if end of stream has not come after SECONDS")
@@ -670,14 +693,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "that is --until-eos)")
     c.set_defaults(func=_cmd_consume)
 
+
+def _add_inspect_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     i = sub.add_parser("inspect", help="what each partition knows about its upstream tasks (commits nothing)")
-    kafka_opts(i)
+    _add_kafka_options(i)
     i.add_argument("--run-id")
     i.add_argument("--json", action="store_true", help="a JSON document (with --watch: one per line, per redraw)")
     i.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
                    help="redraw every SECONDS (default 2) until interrupted (Ctrl-C, SIGTERM: exit 0)")
     i.set_defaults(func=_cmd_inspect)
 
+
+def _add_metadata_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     m = sub.add_parser("metadata", aliases=["list"],
                        help="the cluster: brokers, topics, partitions, leaders, replicas (as kcat -L)")
     add_client_options(m)
@@ -687,6 +714,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="give up after SECONDS (default 10)")
     m.set_defaults(func=_cmd_metadata)
 
+
+def _add_cleanup_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     k = sub.add_parser(
         "cleanup", help="list what a run left (topics, consumer groups, local files); --delete deletes it",
         description="List what run RUN left behind: the topics named after it (controlmsg-RUN-events, "
@@ -710,6 +739,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="give up on a Kafka request after SECONDS (default 60)")
     k.set_defaults(func=_cmd_cleanup)
 
+
+def _add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d = sub.add_parser("demo", help="start the local broker if needed; several tasks -> one consumer to end of stream")
     add_client_options(d)
     d.add_argument("--port", type=int, default=9092, help="port for the local broker if one is started")
@@ -717,7 +748,6 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--partitions", type=int, default=4)
     d.add_argument("--events", type=int, default=2000, help="events per upstream task")
     d.set_defaults(func=_cmd_demo)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -31,6 +31,7 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any, Final
@@ -261,6 +262,10 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
 
 
 def run_windowed_count(args: argparse.Namespace) -> int:
+    """The pipeline ``args`` asks for (:func:`build_parser`'s), to its end: checks the arguments (exit 2),
+    creates the run's topics, starts the jobs (:func:`_run_jobs`), then reports how they ended
+    (:func:`_report_ending`: a stop by signal, a failure or the timeout) or, when the output is complete,
+    the run's figures (:func:`_report_run`, exit 0). Blocks."""
     from controlmsg.kafka.settings import client_config_from_args
 
     problems = check_arguments(args)
@@ -269,19 +274,9 @@ def run_windowed_count(args: argparse.Namespace) -> int:
             print(f"pipeline: {problem}", file=sys.stderr)
         return 2
     chain = _STREAMING_JOBS if args.streaming else _JOBS
-    if args.streaming != (args.source_topic is not None) or args.streaming == (args.input is not None):
-        print("give --input FILE (bounded), or --streaming --source-topic TOPIC", file=sys.stderr)
-        return 2
-    if args.streaming and not args.output.lower().endswith((".csv", ".json", ".jsonl", ".ndjson")):
-        print("--streaming appends results as windows close: give a .csv or .jsonl --output", file=sys.stderr)
-        return 2
-    roles = dict(zip(("ingest", "window", "sink"), chain, strict=True))
-    try:
-        order = [roles[j.strip()] for j in args.start_order.split(",")]
-    except KeyError:
-        order = []
-    if sorted(order) != sorted(chain):
-        print("--start-order must name each of ingest, window, sink once", file=sys.stderr)
+    order = _start_order(args, chain)
+    if isinstance(order, str):
+        print(order, file=sys.stderr)
         return 2
     run_id = args.run_id or uuid.uuid4().hex[:10]
     config = client_config_from_args(args, default_servers=lambda: local_bootstrap_servers(start=True))
@@ -299,6 +294,49 @@ def run_windowed_count(args: argparse.Namespace) -> int:
     # Each job in its own session and process group: a Ctrl-C in the terminal reaches the pipeline only,
     # which stops the jobs in order (see JOB_STOP_GRACE_S).
     jobs = JobGroup(run_dir, env={**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)})
+    ending = _run_jobs(args, order, jobs, kafka_file, run_id, run_dir, started)
+    code = _report_ending(args, ending, jobs, run_id, run_dir)
+    if code is not None:
+        return code
+    _report_run(args, chain, jobs, run_id, run_dir, started)
+    return 0
+
+
+def _start_order(args: argparse.Namespace, chain: tuple[str, ...]) -> list[str] | str:
+    """The jobs of ``chain`` in the order ``--start-order`` names their roles, or the line that refuses
+    the arguments: neither or both of the two inputs, a streaming output that cannot be appended to, an
+    order that does not name each role once. Pure."""
+    if args.streaming != (args.source_topic is not None) or args.streaming == (args.input is not None):
+        return "give --input FILE (bounded), or --streaming --source-topic TOPIC"
+    if args.streaming and not args.output.lower().endswith((".csv", ".json", ".jsonl", ".ndjson")):
+        return "--streaming appends results as windows close: give a .csv or .jsonl --output"
+    roles = dict(zip(("ingest", "window", "sink"), chain, strict=True))
+    try:
+        order = [roles[j.strip()] for j in args.start_order.split(",")]
+    except KeyError:
+        order = []
+    if sorted(order) != sorted(chain):
+        return "--start-order must name each of ingest, window, sink once"
+    return order
+
+
+@dataclass(frozen=True)
+class _Ending:
+    """How the jobs of a run ended (:func:`_run_jobs`): the signals the pipeline got, the job that failed
+    (``"timeout"``: the jobs had not ended in time), the exit code of each job the stop found running, and
+    when that stop began (``time.monotonic()``)."""
+
+    signals: list[int]
+    failed: str | None
+    stopped: dict[str, int]
+    stopping: float
+
+
+def _run_jobs(args: argparse.Namespace, order: list[str], jobs: JobGroup, kafka_file: Path, run_id: str,
+              run_dir: Path, started: float) -> _Ending:
+    """Start the jobs in ``order`` and wait until they end, one fails, a signal comes (SIGTERM, SIGINT; a
+    second one SIGKILLs the jobs' groups at once) or ``--timeout`` passes; then stop the jobs still running,
+    remove ``kafka_file`` and put the signal handlers back. Blocks."""
     failed: str | None = None
     signals: list[int] = []
 
@@ -342,12 +380,20 @@ def run_windowed_count(args: argparse.Namespace) -> int:
             kafka_file.unlink(missing_ok=True)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    others = ", ".join(f"{job} exit {code}" for job, code in stopped.items() if job != failed)
-    if signals:
-        print(f"pipeline run {run_id} stopped by {signal_name(signals[0])}: the jobs stopped in "
-              f"{time.monotonic() - stopping:.1f} s ({others or 'none was running'}); the same command with "
+    return _Ending(signals, failed, stopped, stopping)
+
+
+def _report_ending(args: argparse.Namespace, ending: _Ending, jobs: JobGroup, run_id: str,
+                   run_dir: Path) -> int | None:
+    """Print how a run that did not complete ended and return its exit code: 128 + the signal that
+    stopped it, 1 for a failed job (with its log's tail) or the timeout. ``None``: the run completed."""
+    failed = ending.failed
+    others = ", ".join(f"{job} exit {code}" for job, code in ending.stopped.items() if job != failed)
+    if ending.signals:
+        print(f"pipeline run {run_id} stopped by {signal_name(ending.signals[0])}: the jobs stopped in "
+              f"{time.monotonic() - ending.stopping:.1f} s ({others or 'none was running'}); the same command with "
               f"--run-id {run_id} resumes it; logs in {run_dir}", file=sys.stderr)
-        return exit_code(signals[0])
+        return exit_code(ending.signals[0])
     if failed is not None:
         if failed == "timeout":
             print(f"pipeline run {run_id} did not end within {args.timeout:g} s; logs in {run_dir}", file=sys.stderr)
@@ -358,6 +404,13 @@ def run_windowed_count(args: argparse.Namespace) -> int:
         if others:
             print(f"stopped the other jobs: {others}; logs in {run_dir}", file=sys.stderr)
         return 1
+    return None
+
+
+def _report_run(args: argparse.Namespace, chain: tuple[str, ...], jobs: JobGroup, run_id: str, run_dir: Path,
+                started: float) -> None:
+    """Print what a completed run did (from the jobs' summaries: rows, rejects, late records, wall times,
+    how soon the end of stream reached the sink) and write it to ``pipeline.json`` in ``run_dir``."""
     summaries: dict[str, Any] = {job: orjson.loads((run_dir / f"{job}.json").read_bytes()) for job in chain}
     ingest, window, sink = (summaries[job] for job in chain)
     # The streaming ingest records when its last end of stream committed; a batch ingest ends right after.
@@ -381,7 +434,6 @@ def run_windowed_count(args: argparse.Namespace) -> int:
     (run_dir / "pipeline.json").write_bytes(orjson.dumps(
         {"run_id": run_id, "jobs": summaries, "wall_seconds": ended, "eos_to_sink_seconds": eos_to_sink,
          "eos_last_hop_seconds": hop}, option=orjson.OPT_INDENT_2))
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -45,15 +45,15 @@ from typing import Any, Final, cast
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from controlmsg.core.messages import MIN_TIMESTAMP
 from controlmsg.core.naming import task_name, transactional_id
 from controlmsg.core.progress import format_duration, format_timestamp
 from controlmsg.core.watermarks import WatermarkPolicy
-from controlmsg.errors import CheckpointError, ReadError
+from controlmsg.errors import ReadError
 from controlmsg.kafka.periodic_log import Progress
 from controlmsg.kafka.retry import ConsumerErrors, retrying
 from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import ControlWriter
+from controlmsg.streaming.ingest_state import IngestState, TokenBucket, ended_partitions
 
 __all__ = ["IngestSummary", "committed_source_state", "parse_event_time", "plan_generation", "run_ingest_task",
            "source_group"]
@@ -199,133 +199,127 @@ def run_ingest_task(
     try:
         wanted = [TopicPartition(source_topic, p) for p in source_partitions]
         committed = retrying(lambda: consumer.committed(wanted, timeout=30), timeout=60)  # as in committed_source_state
-        positions: dict[int, int] = {}
-        max_event: dict[int, int] = {}  # per source partition: the largest event time read from it
-        last_mark: int | None = None
-        task_idle = False  # the last watermark this task wrote said idle
-        ended = bool(committed)  # every partition's committed state says the task wrote its end
-        counts = {"records": 0, "rejects": 0, "commits": 0, "idlePeriods": 0}  # over the run, across restarts
-        for tp in committed:
-            positions[tp.partition] = tp.offset if tp.offset >= 0 else 0
-            state = orjson.loads(tp.metadata) if tp.metadata else {}
-            if tp.offset >= 0 and int(state.get("generation", 0)) != generation:
-                if int(state.get("generation", 0)) > generation:
-                    raise CheckpointError(
-                        f"source partition {tp.partition} of {source_topic!r} was committed by generation "
-                        f"{state['generation']} of run {run_id!r}, newer than this task's {generation}: another "
-                        "start of this run rescaled it (is one still running?)")
-                if state.get("maxEvent") is not None:  # an older layout: only the partition's own state counts
-                    max_event[tp.partition] = state["maxEvent"]
-                ended = False
-                continue
-            layout = (state.get("taskCount", task_count), state.get("partitions", sorted(source_partitions)))
-            if layout != (task_count, sorted(source_partitions)):
-                raise CheckpointError(
-                    f"ingest task {task_index} of run {run_id!r} committed its state as task {task_index} of "
-                    f"{layout[0]} over source partitions {layout[1]}, not of {task_count} over "
-                    f"{sorted(source_partitions)}: the task layout is part of the checkpoint (same --tasks, "
-                    "or a new run)")
-            if state.get("maxEvent") is not None:
-                max_event[tp.partition] = state["maxEvent"]
-            if state.get("lastMark") is not None:
-                last_mark = state["lastMark"] if last_mark is None else max(last_mark, state["lastMark"])
-            task_idle = task_idle or bool(state.get("idle"))
-            ended = ended and bool(state.get("ended"))
-            for name in counts:  # the same task-wide values are in every partition's metadata
-                counts[name] = max(counts[name], int(state.get(name, 0)))
-        records, rejected, commits, idle_periods = (counts[n] for n in ("records", "rejects", "commits", "idlePeriods"))
-        if ended:  # a restart after the end: everything is committed, nothing is written again
+        state = IngestState.restore(committed, source_topic=source_topic, source_partitions=source_partitions,
+                                    run_id=run_id, task_index=task_index, task_count=task_count,
+                                    generation=generation)
+        if state.ended:  # a restart after the end: everything is committed, nothing is written again
             writer.close()
-            return IngestSummary(records, rejected, last_mark, True, commits, idle_periods, generation=generation)
-        consumer.assign([TopicPartition(source_topic, p, o) for p, o in positions.items()])
-        last_seen = dict.fromkeys(positions, time.monotonic())  # per source partition: when it last gave a record
-        next_commit = time.monotonic() + watermark_interval_s
-        credit, credited_at = 0.0, time.monotonic()  # max_rate: a token bucket holding at most 0.1 s of records
-        lines = Progress(f"stream_ingest task {task_index}")
-        errors = ConsumerErrors()
-        while True:
-            if lines.due():
-                lines.log(_progress_line(records, lines.rate(records), rejected, last_mark, task_idle, commits,
-                                            positions, until))
-            done = until is not None and all(positions[p] >= until.get(p, 0) for p in positions)
-            stopping = done or (stop is not None and stop(records))
-            batch = 1000
-            if max_rate is not None and not stopping:
-                clock = time.monotonic()
-                credit = min(max(1.0, max_rate / 10), credit + (clock - credited_at) * max_rate)
-                credited_at = clock
-                if credit < 1:
-                    time.sleep((1 - credit) / max_rate)
-                    continue
-                batch = min(batch, int(credit))
-            wait = max(0.0, min(0.1, next_commit - time.monotonic()))  # never past the next watermark
-            msgs = [] if stopping else cast(list[Any], consumer.consume(batch, wait))
-            if max_rate is not None:
-                credit -= len(msgs)
-            now = time.monotonic()
-            for msg in msgs:
-                if msg.error() is not None:
-                    if msg.error().code() == KafkaError._PARTITION_EOF or errors.passes(msg.error(), msg.partition()):
-                        continue
-                    raise ReadError(f"reading {source_topic!r} partition {msg.partition()}: {msg.error()}")
-                p, off = msg.partition(), msg.offset()
-                if until is not None and off >= until.get(p, 0):
-                    continue  # beyond the end taken at start: not this run's input
-                positions[p] = off + 1
-                last_seen[p] = now
-                if task_idle:  # back: count again from here on (the promise stays what it was)
-                    writer.send_watermark(MIN_TIMESTAMP if last_mark is None else last_mark)
-                    task_idle = False
-                reason, out = _convert(msg.value(), key_field, event_time_field, carry)
-                if out is None:
-                    writer.produce_to(rejects_topic, msg.value() or b"", msg.key(), headers=[
-                        ("controlmsg-reject-reason", reason.encode()), ("controlmsg-source-partition", str(p).encode()),
-                        ("controlmsg-source-offset", str(off).encode())])
-                    rejected += 1
-                    continue
-                event_ms = out["event_ms"]
-                if event_ms > max_event.get(p, event_ms - 1):
-                    max_event[p] = event_ms
-                writer.send(out, out["key"])
-                records += 1
-            if stopping or time.monotonic() >= next_commit:
-                idle = set() if idle_timeout_s is None else {
-                    q for q in positions
-                    if now - last_seen[q] >= idle_timeout_s and _at_end(consumer, source_topic, q, positions[q])}
-                progress = _task_progress(positions, max_event, until, idle)
-                if progress is not None:
-                    mark = policy.watermark_for(progress)
-                    if last_mark is None or mark > last_mark:
-                        writer.send_watermark(mark)
-                        last_mark = mark
-                        task_idle = False
-                elif not task_idle and not done and idle and _all_quiet(positions, until, idle):
-                    writer.send_watermark(MIN_TIMESTAMP if last_mark is None else last_mark, idle=True)
-                    task_idle = True
-                    idle_periods += 1
-                if done:
-                    writer.send_end_of_stream()
-                    ended = True
-                offsets = [
-                    TopicPartition(source_topic, q, o, metadata=orjson.dumps(
-                        {"maxEvent": max_event.get(q), "lastMark": last_mark, "idle": task_idle, "ended": ended,
-                         "records": records, "rejects": rejected, "commits": commits + 1,
-                         "taskCount": task_count, "partitions": sorted(positions),
-                         "idlePeriods": idle_periods, "generation": generation}).decode())
-                    for q, o in positions.items()
-                ]
-                writer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata())
-                writer.commit()
-                commits += 1
-                next_commit = time.monotonic() + watermark_interval_s
-                if stopping:
-                    writer.close()
-                    return IngestSummary(records, rejected, last_mark, ended, commits, idle_periods,
-                                         time.time() if ended else None, generation)
+            return IngestSummary(state.records, state.rejected, state.last_mark, True, state.commits,
+                                 state.idle_periods, generation=generation)
+        consumer.assign([TopicPartition(source_topic, p, o) for p, o in state.positions.items()])
+        task = _IngestLoop(consumer, writer, policy, state, source_topic=source_topic, rejects_topic=rejects_topic,
+                           key_field=key_field, event_time_field=event_time_field, carry=carry, until=until,
+                           idle_timeout_s=idle_timeout_s, task_count=task_count, generation=generation)
+        return task.run(stop, max_rate, watermark_interval_s, task_index)
     except KafkaException as exc:
         raise ReadError(f"ingest task {task_index} of {source_topic!r}: {exc.args[0]}") from exc
     finally:
         consumer.close()
+
+
+@dataclass
+class _IngestLoop:
+    """The I/O of one ingest task from its restore to its return: reads the source, writes each record, or
+    its reject, and commits every ``watermark_interval_s``; what it keeps is :class:`IngestState`'s, which
+    decides the watermarks and the committed metadata."""
+
+    consumer: Consumer
+    writer: ControlWriter
+    policy: WatermarkPolicy
+    state: IngestState
+    source_topic: str
+    rejects_topic: str
+    key_field: str
+    event_time_field: str
+    carry: Sequence[str]
+    until: Mapping[int, int] | None
+    idle_timeout_s: float | None
+    task_count: int
+    generation: int
+
+    def run(self, stop: Callable[[int], bool] | None, max_rate: float | None, watermark_interval_s: float,
+            task_index: int) -> IngestSummary:
+        """Loop until the input ends (``until``) or ``stop(records)``, then commit, close the writer and
+        return the summary. Blocks; raises what the reads, writes and commits raise."""
+        state, until = self.state, self.until
+        state.last_seen = dict.fromkeys(state.positions, time.monotonic())
+        next_commit = time.monotonic() + watermark_interval_s
+        bucket = TokenBucket(max_rate, time.monotonic()) if max_rate is not None else None
+        lines = Progress(f"stream_ingest task {task_index}")
+        errors = ConsumerErrors()
+        while True:
+            if lines.due():
+                lines.log(_progress_line(state.records, lines.rate(state.records), state.rejected, state.last_mark,
+                                         state.idle, state.commits, state.positions, until))
+            done = until is not None and all(state.positions[p] >= until.get(p, 0) for p in state.positions)
+            stopping = done or (stop is not None and stop(state.records))
+            batch = 1000
+            if bucket is not None and not stopping:
+                pause = bucket.refill(time.monotonic())
+                if pause is not None:
+                    time.sleep(pause)
+                    continue
+                batch = bucket.batch(batch)
+            wait = max(0.0, min(0.1, next_commit - time.monotonic()))  # never past the next watermark
+            msgs = [] if stopping else cast(list[Any], self.consumer.consume(batch, wait))
+            if bucket is not None:
+                bucket.take(len(msgs))
+            now = time.monotonic()
+            self._write(msgs, now, errors)
+            if stopping or time.monotonic() >= next_commit:
+                self._commit(now, done)
+                next_commit = time.monotonic() + watermark_interval_s
+                if stopping:
+                    self.writer.close()
+                    return IngestSummary(state.records, state.rejected, state.last_mark, state.ended, state.commits,
+                                         state.idle_periods, time.time() if state.ended else None, self.generation)
+
+    def _write(self, msgs: list[Any], now: float, errors: ConsumerErrors) -> None:
+        """Each record of ``msgs`` (read at ``now``) to the output topic, or to the rejects topic with the
+        reason and its source partition and offset; records past ``until`` are skipped. Raises ReadError for
+        a consumer error that does not pass."""
+        state, until, writer = self.state, self.until, self.writer
+        for msg in msgs:
+            if msg.error() is not None:
+                if msg.error().code() == KafkaError._PARTITION_EOF or errors.passes(msg.error(), msg.partition()):
+                    continue
+                raise ReadError(f"reading {self.source_topic!r} partition {msg.partition()}: {msg.error()}")
+            p, off = msg.partition(), msg.offset()
+            if until is not None and off >= until.get(p, 0):
+                continue  # beyond the end taken at start: not this run's input
+            back = state.read(p, off, now)
+            if back is not None:  # back from idle: count again from here on (the promise stays what it was)
+                writer.send_watermark(back)
+            reason, out = _convert(msg.value(), self.key_field, self.event_time_field, self.carry)
+            if out is None:
+                writer.produce_to(self.rejects_topic, msg.value() or b"", msg.key(), headers=[
+                    ("controlmsg-reject-reason", reason.encode()), ("controlmsg-source-partition", str(p).encode()),
+                    ("controlmsg-source-offset", str(off).encode())])
+                state.rejected += 1
+                continue
+            state.saw_event(p, out["event_ms"])
+            writer.send(out, out["key"])
+            state.records += 1
+
+    def _commit(self, now: float, done: bool) -> None:
+        """One transaction: the watermark :meth:`IngestState.watermark` decides (idle partitions: quiet since
+        ``idle_timeout_s`` before ``now`` and at their end), the end of stream when the input is ``done``,
+        and the source offsets with the task's state in their metadata."""
+        state, writer = self.state, self.writer
+        idle = set() if self.idle_timeout_s is None else {
+            q for q in state.quiet(now, self.idle_timeout_s)
+            if _at_end(self.consumer, self.source_topic, q, state.positions[q])}
+        mark = state.watermark(self.policy, self.until, idle, done)
+        if mark is not None:
+            writer.send_watermark(mark[0], idle=mark[1])
+        if done:
+            writer.send_end_of_stream()
+            state.ended = True
+        offsets = [TopicPartition(self.source_topic, q, o, metadata=state.metadata(q, self.task_count, self.generation))
+                   for q, o in state.positions.items()]
+        writer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata())
+        writer.commit()
+        state.commits += 1
 
 
 def _progress_line(records: int, rate: float | None, rejected: int, mark: int | None, idle: bool, commits: int,
@@ -340,37 +334,8 @@ def _progress_line(records: int, rate: float | None, rejected: int, mark: int | 
                  + (" idle" if idle else ""))
     line += f", {commits} commits"
     if until is not None:
-        line += f", {len(_ended(positions, until))} of {len(positions)} source partitions at their end"
+        line += f", {len(ended_partitions(positions, until))} of {len(positions)} source partitions at their end"
     return line
-
-
-def _task_progress(positions: Mapping[int, int], max_event: Mapping[int, int],
-                   until: Mapping[int, int] | None, idle: set[int]) -> int | None:
-    """The event time this task has passed: the minimum over its source partitions of the largest event
-    time read from each, since one partition may be read far ahead of another. A partition that reached
-    its end (``until``) or is idle no longer holds it back; one that has yielded nothing yet (and is not
-    idle) keeps it undefined. ``None`` also when every partition left is idle: the task is idle."""
-    marks = []
-    for p, pos in positions.items():
-        if (until is not None and pos >= until.get(p, 0)) or p in idle:
-            continue
-        if p not in max_event:
-            return None
-        marks.append(max_event[p])
-    if marks:
-        return min(marks)
-    if idle - _ended(positions, until):  # every partition left is idle
-        return None
-    return max(max_event.values(), default=None)
-
-
-def _ended(positions: Mapping[int, int], until: Mapping[int, int] | None) -> set[int]:
-    return set() if until is None else {p for p, pos in positions.items() if pos >= until.get(p, 0)}
-
-
-def _all_quiet(positions: Mapping[int, int], until: Mapping[int, int] | None, idle: set[int]) -> bool:
-    """Every source partition of the task has ended or is idle."""
-    return all(p in idle for p in set(positions) - _ended(positions, until))
 
 
 def _at_end(consumer: Consumer, topic: str, partition: int, position: int) -> bool:

@@ -28,6 +28,7 @@ from controlmsg.streaming.stopping import (
     STOP_GRACE_S,
     StopChannel,
     StopFailed,
+    Stopper,
     StopRequested,
     installed,
     signal_name,
@@ -195,48 +196,68 @@ def run_long_running_tasks(spark: SparkSession, n: int, body: Body, stop: StopCh
     stopper = installed()
     if stopper is None or stop is None:
         return in_task_order(rdd.map(task).collect())
-    done = threading.Event()
-    cancelled = threading.Event()
-    unwritten: list[str] = []  # why the stop record could not be written
+    return _collect_stopping(lambda: in_task_order(rdd.map(task).collect()), stopper, stop,
+                             lambda: sc.cancelJobGroup(group), transactional_ids)
 
-    def relay() -> None:  # driver side: signal -> stop record -> (after the grace) cancellation
-        while not stopper.requested.wait(0.1):
-            if done.is_set():
+
+class _StopRelay:
+    """The driver's side of a graceful stop while the tasks run (:meth:`run`, in a thread of its own):
+    signal -> stop record -> (after the grace) cancellation through ``cancel``. It returns once ``done``
+    is set without a signal. ``cancelled``: it cancelled the tasks; ``unwritten``: why the stop record
+    could not be written (then it cancelled them at once)."""
+
+    def __init__(self, stopper: Stopper, stop: StopChannel, cancel: Callable[[], None]) -> None:
+        self.stopper = stopper
+        self.stop = stop
+        self.cancel = cancel
+        self.done = threading.Event()
+        self.cancelled = threading.Event()
+        self.unwritten: list[str] = []
+
+    def run(self) -> None:
+        while not self.stopper.requested.wait(0.1):
+            if self.done.is_set():
                 return
         started = time.monotonic()
         try:
-            stop.request(STOP_GRACE_S)
+            self.stop.request(STOP_GRACE_S)
         except Exception as exc:
             # The tasks learn of a stop from this record only: without it none can reach a commit by itself.
-            unwritten.append(str(exc))
+            self.unwritten.append(str(exc))
             _log.error("could not write the stop record (%s): the tasks cannot stop at a commit; cancelling them "
                        "now, in the middle of their transactions", exc)
-            cancelled.set()
-            sc.cancelJobGroup(group)
+            self.cancelled.set()
+            self.cancel()
             return
-        if not done.wait(max(0.0, STOP_GRACE_S - (time.monotonic() - started))):
+        if not self.done.wait(max(0.0, STOP_GRACE_S - (time.monotonic() - started))):
             _log.warning("tasks still running %g s after the stop request: cancelling them, in the middle of their "
                          "transactions", STOP_GRACE_S)
-            cancelled.set()
-            sc.cancelJobGroup(group)
+            self.cancelled.set()
+            self.cancel()
 
+
+def _collect_stopping(collect: Callable[[], list[dict[str, Any]]], stopper: Stopper, stop: StopChannel,
+                      cancel: Callable[[], None], transactional_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """``collect()`` (the tasks' summaries) with the process's signals deferred to a :class:`_StopRelay`:
+    the graceful stop of :func:`run_long_running_tasks`, whose docstring says what it raises."""
+    relay = _StopRelay(stopper, stop, cancel)
     with stopper.deferring():
-        thread = threading.Thread(target=relay, name="stop-relay", daemon=True)
+        thread = threading.Thread(target=relay.run, name="stop-relay", daemon=True)
         thread.start()
         try:
-            summaries = in_task_order(rdd.map(task).collect())
+            summaries = collect()
         except Exception as exc:
             if stopper.signum is None:
                 raise
-            fenced = _fence_cancelled(stop.config, transactional_ids) if cancelled.is_set() else ""
-            if unwritten:
+            fenced = _fence_cancelled(stop.config, transactional_ids) if relay.cancelled.is_set() else ""
+            if relay.unwritten:
                 raise StopFailed(f"stopped by {signal_name(stopper.signum)}, but the stop record could not be "
-                                 f"written ({unwritten[0]}): the tasks were cancelled before they reached a "
+                                 f"written ({relay.unwritten[0]}): the tasks were cancelled before they reached a "
                                  f"commit; {fenced or 'no transactional ids to fence were given'}") from exc
             detail = "tasks cancelled before they reached a commit" + (f"; {fenced}" if fenced else "")
             raise StopRequested(stopper.signum, detail) from exc
         finally:
-            done.set()
+            relay.done.set()
     if stopper.signum is not None and not all(s.get("ended") for s in summaries):
         raise StopRequested(stopper.signum, "every task committed and returned", summaries)
     return summaries
