@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, TopicPartition
 from controlmsg.clusters.processes import free_ports
 from controlmsg.errors import ClusterRefused, DeliveryError
 from controlmsg.kafka.admin import create_topic
+from controlmsg.kafka.refusals import GRACE_ENV
 from controlmsg.kafka.settings import client_config, for_client, read_properties
 from controlmsg.kafka.writer import ControlWriter
 
@@ -73,6 +74,11 @@ def _refused(secured: Secured, *settings: str, command: str = "consume") -> str:
     assert "timed out" not in line and took < OWN_TIMEOUT_S[command], f"{command} waited its timeout ({took:.0f} s)"
     print(f"{took:.1f} s: {line}", file=sys.stderr)
     return line
+
+
+def _waited(line: str, before: str) -> int:
+    """The seconds a refusal line says the client waited, the number after ``before``."""
+    return int(line.split(before, 1)[1].split()[0])
 
 
 def _broker(secured: Secured) -> str:
@@ -135,19 +141,25 @@ def test_a_host_name_the_broker_certificate_does_not_hold(secured: Secured) -> N
     assert "127.0.0.1" in line and "localhost" in line and "not '127.1'" in line and "check bootstrap.servers" in line
 
 
-def test_an_unknown_host(secured: Secured) -> None:
+def test_an_unknown_host(secured: Secured, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the grace of CONTROLMSG_UNREACHABLE_GRACE_S (3 s here; 10 s by default, docs/FAULTS.md)."""
+    monkeypatch.setenv(GRACE_ENV, "3")
     port = secured.bootstrap_servers.rsplit(":", 1)[1]
     line = _refused(secured, f"bootstrap.servers=no-such-host.invalid:{port}")
     assert line.startswith("error: unknown host")
     assert f"broker no-such-host.invalid:{port}" in line and "principal User:pipeline" in line
     assert "'no-such-host.invalid' did not resolve for" in line and "check bootstrap.servers" in line
+    assert _waited(line, "did not resolve for") >= 3
 
 
-def test_a_closed_port(secured: Secured) -> None:
+def test_a_closed_port(secured: Secured, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the grace of CONTROLMSG_UNREACHABLE_GRACE_S (3 s here; 10 s by default, docs/FAULTS.md)."""
+    monkeypatch.setenv(GRACE_ENV, "3")
     closed = free_ports()  # nothing listens there
     line = _refused(secured, f"bootstrap.servers=127.0.0.1:{closed}")
     assert line.startswith("error: connection refused")
     assert f"broker 127.0.0.1:{closed}" in line and "every connection refused for" in line
+    assert _waited(line, "every connection refused for") >= 3
     assert "check bootstrap.servers and that the broker is up" in line
 
 
