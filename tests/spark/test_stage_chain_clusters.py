@@ -19,7 +19,6 @@ from pyspark.sql import SparkSession
 
 from controlmsg.clusters.hdfs import HdfsCluster
 from controlmsg.clusters.standalone import start_cluster, stop_cluster
-from controlmsg.spark.class_archive import driver_java_options
 
 from .helpers import spark_conf_args
 from .stage_chain import Stages, check_chain
@@ -41,11 +40,8 @@ def test_the_stage_chain_on_a_two_worker_cluster_with_hdfs_and_s3_checkpoints_af
     events = [orjson.loads(line) for line in path.read_bytes().splitlines() if line]
     # Three applications at once, two cores each: the workers offer three cores each (two physical in all).
     cluster = start_cluster(tmp_path_factory.mktemp("spark-cluster"), cores=3, memory="2g", workers=2)
-    # The executors start from the drivers' class archive too (controlmsg.spark.class_archive): the first
-    # micro-batch of each application, which waits for its executors, took 23-48 s instead of 34-58 here.
     per_app = spark_conf_args({"spark.cores.max": "2", "spark.executor.cores": "1",
-                               "spark.executor.memory": "512m",
-                               "spark.executor.extraJavaOptions": driver_java_options()})
+                               "spark.executor.memory": "512m"})
     # The S3A jars (690 MB) on the class path of the driver and of the executors, which read and write the
     # window stage's state there: as spark.jars, every executor would fetch its own copy from the driver.
     s3a = {key: value for key, value in s3a_conf.items() if key != "spark.jars"}
