@@ -47,7 +47,7 @@ class Stages:
         self.commands = {
             "stage_ingest": ["--source-topic", source, "--topic", self.events_topic, "--key", "user",
                              "--event-time", "event_time", "--carry", "amount", "--allowed-lateness", ALLOWED_LATENESS,
-                             "--partitions", "3", "--until-source-end", "--max-offsets-per-trigger", "1000",
+                             "--partitions", "3", "--until-source-end", "--max-offsets-per-trigger", "400",
                              "--checkpoint", where["stage_ingest"]],
             "stage_window": ["--input-topic", self.events_topic, "--output-topic", self.windows_topic,
                              "--window", "1m", "--sum", "amount", "--partitions", "3",
