@@ -132,6 +132,9 @@ share.coordinator.state.topic.replication.factor={replicas}
 share.coordinator.state.topic.min.isr={in_sync}
 unclean.leader.election.enable=false
 group.initial.rebalance.delay.ms=0
+# Records stamped in the past (a backfill's input, a replay, a test's fixed 2026-01-01) are kept: with Kafka's
+# 7-day default, the next retention check (every 5 min) deletes a whole topic of old timestamps mid-run.
+log.retention.ms=-1
 # Intermediate topics are created on purpose, with their partition count; a typo must not create one.
 auto.create.topics.enable=false
 """
