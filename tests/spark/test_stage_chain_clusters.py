@@ -61,6 +61,7 @@ def test_the_stage_chain_on_a_two_worker_cluster_with_hdfs_and_s3_checkpoints_af
         wait_for_records(kafka_config, stages.windows_topic, stages.run_id, 30, timeout=420)
         stages.kill9("stage_window")
         stages.start("stage_window")
+        stages.wait_for_commit(spark, "stage_sink")
         stages.kill9("stage_sink")  # its checkpoint on HDFS, its output file too
         stages.start("stage_sink")
         stages.wait(900)
