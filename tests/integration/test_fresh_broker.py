@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
 from controlmsg.clusters.processes import free_ports
 from controlmsg.core.messages import EndOfStreamMessage
@@ -26,7 +26,7 @@ def test_markers_and_transactions_right_after_the_broker_starts(tmp_path: Path) 
         create_topic(config, "fresh", 2)
         # Records stamped in the past stay: Kafka's 7-day default deleted a test's 2026-01-01 records mid-run.
         topic = ConfigResource(ConfigResource.Type.TOPIC, "fresh")
-        admin = AdminClient(config)
+        admin = AdminClient(dict(config))
         described = admin.describe_configs([topic])[topic].result(timeout=30)
         assert described["retention.ms"].value == "-1"
         with MarkerStore(config, "controlmsg-fresh-group", "fresh") as store:
