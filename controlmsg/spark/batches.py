@@ -6,11 +6,13 @@ task then does with those is :mod:`controlmsg.spark.reading.bad_records`.
 **Schema.** Without a schema the columns are ``format("kafka")``'s (:data:`RAW_SCHEMA`): ``key binary,
 value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int``, and
 ``headers array<struct<key:string,value:binary>>`` with option ``includeHeaders``. A declared schema of
-those columns only, with ``value`` and one of ``topic``, ``partition``, ``offset``, ``timestampType``,
-``headers`` (:func:`is_raw_schema`; ``key`` and ``value`` may be string, read as UTF-8 text) reads records
-as they are too, e.g. ``partition int, offset long, key string, value string``, the schema-less columns
-before issue 30. Any other ``.schema(ddl)`` parses the JSON value and takes each field from the JSON
-object's member of that name (missing: null); ``_partition``, ``_offset``, ``_key`` (string or binary),
+those columns only, with ``value`` declared binary or one of ``topic``, ``partition``, ``offset``,
+``timestampType``, ``headers`` (:func:`is_raw_schema`; ``key`` and ``value`` may be string, read as UTF-8
+text) reads records as they are too, e.g. ``partition int, offset long, key string, value string``, the
+schema-less columns before issue 30; in a stream, with the watermark fields too (``value binary,
+_watermark timestamp, _control boolean``: Avro or Protobuf payloads decoded after the read). Any other
+``.schema(ddl)`` parses the JSON value and takes each field from the JSON object's member of that name
+(missing: null); ``_partition``, ``_offset``, ``_key`` (string or binary),
 ``_topic``, ``_timestamp``, ``_timestampType`` and ``_headers`` are the record's own. ``headers`` of an
 intermediate topic leaves out controlmsg's own headers (``controlmsg-run``, ``controlmsg-task``; a record
 with no other has null), a plain topic's has them all. In a stream, ``_watermark`` (timestamp) is the
@@ -97,14 +99,21 @@ def raw_schema(include_headers: bool) -> str:
     return f"{RAW_SCHEMA}, headers {HEADERS_TYPE}" if include_headers else RAW_SCHEMA
 
 
-def is_raw_schema(names: list[str]) -> bool:
-    """Whether a schema with fields ``names`` reads records as they are (no JSON): every field one of
-    ``format("kafka")``'s columns, ``value`` among them, and at least one of ``topic``, ``partition``,
-    ``offset``, ``timestampType``, ``headers`` (a schema of ``key``, ``value`` and ``timestamp`` alone is
-    taken as JSON fields of those names). ``partition int, offset long, key string, value string``, the
-    raw columns before the connector's, is one."""
-    return (bool(names) and set(names) <= set(_CONNECTOR_NAMES) and "value" in names
-            and bool(_RECORD_ONLY & set(names)))
+def is_raw_schema(names: list[str], *, binary_value: bool = False) -> bool:
+    """Whether a schema with fields ``names`` reads records as they are (no JSON). Leaving out the watermark
+    fields (:data:`WATERMARK_FIELDS`, which a raw read of a stream fills too): every field one of
+    ``format("kafka")``'s columns, ``value`` among them, and either ``value`` declared binary
+    (``binary_value``: JSON has no bytes, so a binary ``value`` next to the record's columns is the record's
+    own) or at least one of ``topic``, ``partition``, ``offset``, ``timestampType``, ``headers`` (a schema of
+    ``key``, ``value`` and ``timestamp`` alone, ``value`` not binary, is taken as JSON fields of those names).
+    ``partition int, offset long, key string, value string``, the raw columns before the connector's, is one;
+    so is ``value binary, _watermark timestamp, _control boolean``, a stream of Avro or Protobuf payloads with
+    its watermark (decoded after the read with ``from_avro`` / ``from_protobuf``)."""
+    own = [name for name in names if name not in WATERMARK_FIELDS]
+    return (bool(own) and set(own) <= set(_CONNECTOR_NAMES) and "value" in own
+            and (binary_value or bool(_RECORD_ONLY & set(own))))
+
+
 META_WATERMARK: Final = "_watermark"
 META_CONTROL: Final = "_control"
 META_PARTITION_WATERMARK: Final = "_partition_watermark"
@@ -134,7 +143,7 @@ def batch_builder(schema: StructType, opts: ReadOptions) -> tuple[Builder, bool]
     first bad record of a batch, and when the records fit one by one but not together."""
     arrow_schema = _arrow_schema(schema)
     names = schema.fieldNames()
-    raw = is_raw_schema(names)
+    raw = is_raw_schema(names, binary_value="value" in names and pa.types.is_binary(arrow_schema.field("value").type))
     for name in names:
         if name in _RECORD_COLUMNS and (raw or name.startswith("_")):
             _check_record_column(name, arrow_schema.field(name).type, schema[name].dataType.simpleString())
@@ -162,9 +171,8 @@ def batch_builder(schema: StructType, opts: ReadOptions) -> tuple[Builder, bool]
             raise ValueError(f"the field '{META_CONTROL}' marks rows that carry only a '{META_WATERMARK}': "
                              f"declare '{META_WATERMARK} timestamp' too")
     policy = _Policy(opts.mode, corrupt, binary, strip_headers=not opts.plain)
-    if raw:
-        return _raw_builder(arrow_schema, policy), False
-    return _json_builder(arrow_schema, policy), any(name in names for name in WATERMARK_FIELDS)
+    marked = any(name in names for name in WATERMARK_FIELDS)
+    return (_raw_builder if raw else _json_builder)(arrow_schema, policy), marked
 
 
 def tick_batch(schema: StructType, watermark: int) -> pa.RecordBatch:
@@ -324,7 +332,7 @@ def _raw_builder(schema: pa.Schema, policy: _Policy) -> Builder:
     key_type = schema.field("key").type if "key" in names else pa.binary()
     value_type = schema.field("value").type
 
-    def columns(records: DataColumns, topic: str, _marks: list[Mark] | None,
+    def columns(records: DataColumns, topic: str, marks: list[Mark] | None,
                 bad: dict[int, str]) -> list[pa.Array | None]:
         keys: pa.Array | None = None
         if "key" not in names:
@@ -358,11 +366,24 @@ def _raw_builder(schema: pa.Schema, policy: _Policy) -> Builder:
                 out.append(pa.array(records.partitions, field.type))
             elif field.name == "offset":
                 out.append(pa.array(records.offsets, field.type))
+            elif field.name in WATERMARK_FIELDS:
+                out.append(_watermark_column(field, marks, len(records)))
             else:
                 out.append(_record_column(field.name, field.type, records, topic, policy.strip_headers))
         return out
 
     return _settling(schema, policy, columns)
+
+
+def _watermark_column(field: pa.Field, marks: list[Mark] | None, n: int) -> pa.Array:
+    """A data row's ``_control`` (false), or its ``_watermark`` / ``_partition_watermark`` from ``marks``
+    (all null when the read fills no watermark)."""
+    if field.name == META_CONTROL:
+        return pa.repeat(False, n)
+    if marks is None:
+        return pa.nulls(n, field.type)
+    which = 0 if field.name == META_WATERMARK else 1
+    return pa.array([m[which] for m in marks], pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(field.type)
 
 
 def _json_builder(schema: pa.Schema, policy: _Policy) -> Builder:
@@ -410,13 +431,8 @@ def _json_builder(schema: pa.Schema, policy: _Policy) -> Builder:
             elif name in _RECORD_COLUMNS and name.startswith("_"):
                 arrays.append(_record_column(name, field.type, records, topic, policy.strip_headers))
                 continue
-            elif name in (META_WATERMARK, META_PARTITION_WATERMARK) and marks is not None:
-                which = 0 if name == META_WATERMARK else 1
-                arrays.append(pa.array([m[which] for m in marks], pa.int64()).cast(pa.timestamp("ms", tz="UTC"))
-                              .cast(field.type))
-                continue
-            elif name == META_CONTROL:
-                arrays.append(pa.repeat(False, len(records)))
+            elif name == META_CONTROL or (name in WATERMARK_FIELDS and marks is not None):
+                arrays.append(_watermark_column(field, marks, len(records)))
                 continue
             else:
                 values = list(map(get, objects, repeat(name)))

@@ -93,10 +93,13 @@ def with_watermark(df: DataFrame, event_time: str, *, metrics_name: str = "contr
             ``dropna``, a join, an aggregation, a dedup...) between the read and here, since the watermark rows
             would not reach Spark's watermark (call it right after the read; selects and ``withColumn`` are
             fine); or ``df`` declares none of :data:`WATERMARK_COLUMNS` and is not the read itself.
+        ValueError: also when the session's ``spark.sql.streaming.multipleWatermarkPolicy`` is ``max``: a query
+            over two inputs would run on the faster one's watermark, ahead of the other's reconciled watermark.
         WatermarkNotFollowed: the Spark in use marks a watermarked column with another metadata key than the
             one ``with_watermark`` sets (a Spark version it was not tested with; classic sessions).
     """
     settle_shared_environment(df.sparkSession)
+    _check_watermark_policy(df)
     df = _with_watermark_fields(df)
     _check(df, event_time)
     _check_rows_kept(df)
@@ -243,6 +246,20 @@ def _bare_read(df: DataFrame) -> tuple[str, dict[str, str]] | None:
             or not getattr(plan, "_is_streaming", False)):
         return None
     return _SOURCE, dict(getattr(plan, "_options", None) or {})
+
+
+_POLICY_KEY: Final = "spark.sql.streaming.multipleWatermarkPolicy"
+
+
+def _check_watermark_policy(df: DataFrame) -> None:
+    """Refuse Spark's ``max`` policy: with two watermarked inputs Spark would take the larger watermark, so
+    windows would close on the faster input's and drop the slower one's records as late. Spark reads the
+    setting when the query starts; the check is here, where the stage is built."""
+    policy = df.sparkSession.conf.get(_POLICY_KEY, "min") or "min"
+    if policy.strip().lower() != "min":
+        raise ValueError(f"{_POLICY_KEY} is {policy!r}: with_watermark needs 'min' (Spark's default), since a "
+                         "query over two inputs would run on the faster input's watermark, ahead of the slower "
+                         "one's reconciled watermark, and drop its records as late; unset it")
 
 
 def _check_delay_key(df: DataFrame) -> None:

@@ -478,3 +478,16 @@ def test_with_watermark_adds_the_watermark_fields_to_a_read_that_declares_none(
         with_watermark(bare.select("user", "ts"), "ts")
     assert with_watermark(stream(spark, topic, bootstrap_servers), "ts").columns == [
         "user", "ts", "amount", "_watermark", "_partition_watermark"]
+
+
+def test_sparks_max_watermark_policy_is_refused_in_one_line(
+        spark: SparkSession, bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
+    """``multipleWatermarkPolicy=max`` would run a query over two inputs on the faster one's watermark."""
+    topic = new_topic(1)
+    spark.conf.set("spark.sql.streaming.multipleWatermarkPolicy", "max")
+    try:
+        with pytest.raises(ValueError, match=r"multipleWatermarkPolicy is 'max': with_watermark needs 'min'"):
+            with_watermark(stream(spark, topic, bootstrap_servers), "ts")
+    finally:
+        spark.conf.unset("spark.sql.streaming.multipleWatermarkPolicy")
+    assert with_watermark(stream(spark, topic, bootstrap_servers), "ts").isStreaming  # min, Spark's default

@@ -86,3 +86,9 @@ def test_which_declared_schemas_read_records_as_they_are() -> None:
     assert not is_raw_schema(["timestamp", "value"])  # JSON fields of common names
     assert not is_raw_schema(["key", "value"]) and not is_raw_schema(["partition", "offset", "key"])
     assert not is_raw_schema(["value", "topic", "amount"])
+    # A binary value is the record's own (JSON has no bytes), with the watermark fields of a stream or without.
+    assert is_raw_schema(["value", "_watermark", "_partition_watermark", "_control"], binary_value=True)
+    assert is_raw_schema(["key", "value"], binary_value=True) and is_raw_schema(["value"], binary_value=True)
+    assert not is_raw_schema(["value", "_watermark", "_control"])  # a string value next to them: a JSON field
+    assert not is_raw_schema(["_watermark", "_control"], binary_value=True)
+    assert not is_raw_schema(["value", "user"], binary_value=True)
