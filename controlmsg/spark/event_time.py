@@ -98,7 +98,10 @@ def with_watermark(df: DataFrame, event_time: str, *, metrics_name: str = "contr
         WatermarkNotFollowed: the Spark in use marks a watermarked column with another metadata key than the
             one ``with_watermark`` sets (a Spark version it was not tested with; classic sessions).
     """
+    from controlmsg.spark.stage_listener import follow_stages
+
     settle_shared_environment(df.sparkSession)
+    follow_stages(df.sparkSession)
     _check_watermark_policy(df)
     df = _with_watermark_fields(df)
     _check(df, event_time)

@@ -36,12 +36,15 @@ def register(spark: SparkSession) -> None:
     installed, or its checkout on the Python path), that registration stands: registering again would
     replace it, and Spark logs a warning for that. A Connect session cannot be asked: the data source is
     sent to the server for this session every time; the server's Python needs controlmsg installed to
-    run it."""
+    run it. On a classic session it also adds the listener that follows every ``stageProgress driver`` stage
+    (:func:`controlmsg.spark.stage_listener.follow_stages`)."""
     from controlmsg.spark.datasource import ControlMsgDataSource
+    from controlmsg.spark.stage_listener import follow_stages
 
     if not _known(spark, ControlMsgDataSource.name()):
         spark.dataSource.register(ControlMsgDataSource)
     settle_shared_environment(spark)
+    follow_stages(spark)
 
 
 def settle_shared_environment(spark: SparkSession) -> None:

@@ -4,8 +4,9 @@ A ``writeStream.format("controlmsg")`` query passes on the stage's watermark (Sp
 micro-batch) and ends its stream once its input has ended. By default its sink reads both from the query's
 offset log (:mod:`controlmsg.spark.query_log`), which it can do only on the driver's local file system. A
 stage whose checkpoint is on cluster storage (``hdfs:``, ``s3a:``, ``abfss:``, ``gs:``, ``viewfs:``...)
-takes the option ``stageProgress driver`` instead, and its driver program waits on the query with
-:func:`await_stage` where it would call ``awaitTermination``. Then:
+takes the option ``stageProgress driver`` instead; its driver program's session follows the query by itself
+(:mod:`controlmsg.spark.stage_listener`, classic sessions), or the program waits on the query with
+:func:`await_stage` where it would call ``awaitTermination`` (any session, Spark Connect too). Then:
 
 * the sink's tasks write their records exactly once, and its ``commit`` writes no control message, only
   its marker (the micro-batch, the query, the largest ``eventTime`` written so far);
@@ -17,6 +18,14 @@ takes the option ``stageProgress driver`` instead, and its driver program waits 
   ``allowedLateness``), or the end of stream once every source has ended and, for a query that keeps state,
   Spark's watermark is the end of time. So nothing depends on where the checkpoint is, or on Spark's
   file formats: the progress is Spark's public API, the same on a classic and a Spark Connect session.
+
+**Nothing is left unfollowed silently.** A query started with ``stageProgress driver`` that nothing follows
+(a Spark Connect client that waits with ``awaitTermination()``) would end without a watermark or an end of
+stream on its output, and every exit code 0. So a follower claims the query's run in the stage marker when
+it starts (:func:`claim_stage`: the session's listener, :class:`StageFollower` and :func:`await_stage` call
+it), and the sink's first commit of each run of the query waits for that claim, up to the option
+``timeout``: without it the commit fails the query in one line that names ``await_stage``, before the
+micro-batch is counted.
 
 The rounds are the driver's (``taskName`` ``<job>-<runId>-driver``, ``taskCount`` 1), in one transaction
 each with a marker of their own (transactional id: the driver's with ``-stage``), so a round is written
@@ -32,6 +41,7 @@ stream was written, then started again, finds nothing left to run and so no prog
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from datetime import datetime
@@ -47,14 +57,25 @@ from controlmsg.kafka.admin import wait_for_topic
 from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
 from controlmsg.spark.options import STAGE_PROGRESS_DRIVER, WriteOptions
 from controlmsg.spark.query_log import END_OF_TIME_MS, StageProgress, offset_ended
-from controlmsg.spark.writing.run_control import run_status, upstream_of
+from controlmsg.spark.writing.run_control import FOLLOWED_RUN, run_status, upstream_of
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
-__all__ = ["StageFollower", "StageNotEnded", "await_stage", "progress_of", "stage_status", "write_stage_round"]
+__all__ = ["StageFollower", "StageNotEnded", "await_stage", "claim_stage", "progress_of", "stage_status",
+           "write_stage_round"]
 
 _POLL_S: Final = 0.25
+_TXN_LOCKS: dict[str, threading.Lock] = {}
+_TXN_LOCKS_LOCK: Final = threading.Lock()
+
+
+def _one_at_a_time(transactional_id: str) -> threading.Lock:
+    """The lock of one stage transactional id in this process: the session's listener
+    (:mod:`controlmsg.spark.stage_listener`) and an ``await_stage`` may follow the same query, and two
+    producers of one transactional id at once would fence each other."""
+    with _TXN_LOCKS_LOCK:
+        return _TXN_LOCKS.setdefault(transactional_id, threading.Lock())
 
 
 class StageNotEnded(ControlMsgError):
@@ -80,6 +101,23 @@ def stage_status(options: WriteOptions | Mapping[str, str]) -> dict[str, Any] | 
     opts = options if isinstance(options, WriteOptions) else WriteOptions.parse(options)
     with MarkerStore(dict(opts.config), _txn(opts), opts.topic, opts.timeout) as store:
         return store.load()
+
+
+def claim_stage(options: WriteOptions | Mapping[str, str], query_run: str) -> None:
+    """Say in the stage marker that a driver follows the query run ``query_run`` (``StreamingQuery.runId``):
+    the sink's first commit of a run waits for it, and fails the query without it (see the module docstring).
+    Keeps the rounds' figures as they are. Raises :class:`~controlmsg.errors.DeliveryError` when Kafka refuses."""
+    opts = options if isinstance(options, WriteOptions) else WriteOptions.parse(options)
+    config = dict(opts.config)
+    partitions = wait_for_topic(config, opts.topic, opts.timeout)
+
+    def plan(committed: dict[str, Any] | None) -> Round | None:
+        if committed is not None and committed.get(FOLLOWED_RUN) == query_run:
+            return None
+        return [], {**(committed or {}), FOLLOWED_RUN: query_run}
+
+    with _one_at_a_time(_txn(opts)):
+        write_control_round(config, opts.topic, partitions, plan, transactional_id=_txn(opts), timeout=opts.timeout)
 
 
 def write_stage_round(options: WriteOptions | Mapping[str, str], progress: Mapping[str, Any]) -> dict[str, Any]:
@@ -113,7 +151,8 @@ def write_stage_round(options: WriteOptions | Mapping[str, str], progress: Mappi
             return None
         name, generation, _ = upstream_of(opts, sink)
         previous = None if committed is None else committed.get("watermark")
-        marker = {"batch": batch, "queryId": sink["queryId"], "watermark": previous, "generation": generation}
+        marker = {"batch": batch, "queryId": sink["queryId"], "watermark": previous, "generation": generation,
+                  FOLLOWED_RUN: (committed or {}).get(FOLLOWED_RUN)}
         if facts.inputs_ended and (facts.watermark == END_OF_TIME_MS or not facts.stateful):
             found.append({**marker, "ended": True})
             return [EndOfStreamMessage(name, 1, opts.run_id, generation=generation)], found[-1]
@@ -126,7 +165,8 @@ def write_stage_round(options: WriteOptions | Mapping[str, str], progress: Mappi
             return [], found[-1]
         return [WatermarkMessage(name, 1, mark, opts.run_id, generation=generation)], found[-1]
 
-    write_control_round(config, opts.topic, partitions, plan, transactional_id=_txn(opts), timeout=opts.timeout)
+    with _one_at_a_time(_txn(opts)):
+        write_control_round(config, opts.topic, partitions, plan, transactional_id=_txn(opts), timeout=opts.timeout)
     return found[-1]
 
 
@@ -136,8 +176,15 @@ class StageFollower:
     the options of the query's ``writeStream.format("controlmsg")`` (with ``stageProgress driver``)."""
 
     def __init__(self, query: StreamingQuery, options: Mapping[str, str]) -> None:
+        """Claims the query's run in the stage marker (:func:`claim_stage`) before anything else: make the
+        follower right after ``start()``; the sink's first commit waits up to the option ``timeout`` for it."""
         self.query = query
         self.opts = WriteOptions.parse(options)
+        if self.opts.stage_progress != STAGE_PROGRESS_DRIVER:
+            raise ControlMsgError(f"topic {self.opts.topic!r} run {self.opts.run_id!r}: await_stage follows a query "
+                                  "whose writeStream.format('controlmsg') has option stageProgress "
+                                  f"{STAGE_PROGRESS_DRIVER}; give the query's own options")
+        claim_stage(self.opts, str(query.runId))
         self.written = -1
         """The last micro-batch whose round this follower wrote (or found written), -1 before the first."""
         self.ended = False

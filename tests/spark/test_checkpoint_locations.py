@@ -7,6 +7,8 @@ writes it through Hadoop, Python cannot."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,6 +25,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from controlmsg.kafka import ControlWriter
 from controlmsg.kafka.admin import partition_count
 from controlmsg.spark import WATERMARK_COLUMNS, await_stage, end_stream, run_status
+from controlmsg.spark.stage_listener import follow_stages, stop_following
 from tests.spark.helpers import BASE_TS, options
 from tests.spark.test_event_time import (
     OUT_SCHEMA,
@@ -205,3 +208,98 @@ def test_two_stages_on_hadoop_checkpoints_carry_the_watermark_and_the_end_of_str
     assert count_by(wire, "eos") == {(p, "spark-h1-driver"): 1 for p in range(3)}
     got = {(r["window"]["start"], r["user"]): r["n"] for r in spark.read.schema(OUT_SCHEMA).parquet(str(out)).collect()}
     assert got == three_hour_sums(up)
+
+
+def test_stage_progress_driver_without_a_follower_fails_then_resumes_exactly_once(
+        spark: SparkSession, bootstrap_servers: str, ended_input: str, new_topic: Callable[..., str],
+        viewfs: str) -> None:
+    """A session without the stage listener (Spark Connect; here taken off) and ``awaitTermination()`` in
+    place of ``await_stage``: until 2026-11-27 the stage ended by itself, exit code 0, and its output never
+    got a watermark or its end of stream. Now the sink's first commit waits for a follower's claim (the option
+    ``timeout``), then fails the query in one line. The same query started again and followed ends the
+    stream, with every record once (the first start's tasks had committed theirs)."""
+    out, location = new_topic(2), f"{viewfs}/unfollowed"
+    stop_following(spark)
+    try:
+        query = start_stage(spark, bootstrap_servers, ended_input, out, checkpointLocation=location,
+                            stageProgress="driver", timeout="5")
+        message = refusal(query)
+    finally:
+        follow_stages(spark)
+    assert "needs the driver program to follow the query: nothing claimed query run" in message
+    assert "controlmsg.spark.await_stage(query, options)" in message
+    status = run_status(options(out, bootstrap_servers, run="s1"))
+    assert status is None or not status.get("ended")
+
+    opts = options(out, bootstrap_servers, run="s1", stageProgress="driver")
+    again = start_stage(spark, bootstrap_servers, ended_input, out, checkpointLocation=location,
+                        stageProgress="driver")
+    assert await_stage(again, opts, timeout=180) is True
+    wire = dump_topic({"bootstrap.servers": bootstrap_servers}, out)
+    assert sum(1 for r in wire if r.kind == "data") == ROWS
+    assert count_by(wire, "eos") == {(0, "spark-s1-driver"): 1, (1, "spark-s1-driver"): 1}
+
+
+def test_await_termination_on_a_checkpoint_anywhere_carries_the_watermark_and_the_end_of_stream(
+        spark: SparkSession, bootstrap_servers: str, upstream: tuple[Upstream, str], new_topic: Callable[..., str],
+        viewfs: str, tmp_path: Path) -> None:
+    """The issue-37 stage as Spark teams write it: ``with_watermark``, hourly windows, ``stageProgress driver``
+    on viewfs, and the driver waits with ``awaitTermination()``. Until 2026-11-27 hop 1 ended with its windows
+    and no watermark and no end of stream, and hop 2 waited forever; now the session's listener follows it."""
+    up, topic = upstream
+    middle = new_topic(3)
+    opts = options(middle, bootstrap_servers, run="h1", timeout="300", stageProgress="driver")
+    for task in TASKS:
+        up.records(task, range(TASKS.index(task), 300, 5))
+        up.watermark(task, 300)
+    up.end()
+    hop1, hop2, out = start_two_hops(spark, bootstrap_servers, topic, middle, opts, f"{viewfs}/awaited", tmp_path)
+    try:
+        hop1.awaitTermination(240)
+        assert not hop1.isActive and hop1.exception() is None
+        hop2.awaitTermination(240)
+        assert not hop2.isActive and hop2.exception() is None, "the end of stream passed through hop 1"
+    finally:
+        for q in (hop1, hop2):
+            q.stop()
+    status = run_status(opts)
+    assert status is not None and status["ended"] is True
+    wire = dump_topic({"bootstrap.servers": bootstrap_servers}, middle)
+    assert count_by(wire, "eos") == {(p, "spark-h1-driver"): 1 for p in range(3)}
+    got = {(r["window"]["start"], r["user"]): r["n"] for r in spark.read.schema(OUT_SCHEMA).parquet(str(out)).collect()}
+    assert got == three_hour_sums(up)
+
+
+DRIVER_PROGRAM = """
+import sys
+from controlmsg.spark import spark_session
+source, out, servers, mounted = sys.argv[1:5]
+spark = spark_session("local[2]", conf={"fs.viewfs.mounttable.cm.link./stages": mounted})
+opts = {"topic": out, "runId": "s1", "kafka.bootstrap.servers": servers, "stageProgress": "driver"}
+query = (spark.readStream.format("controlmsg").options(topic=source, runId="r1", timeout="120")
+         .option("kafka.bootstrap.servers", servers).schema("user string, ts timestamp").load()
+         .writeStream.format("controlmsg").options(**opts).option("key", "user").option("eventTime", "ts")
+         .option("checkpointLocation", "viewfs://cm/stages/program").trigger(availableNow=True).start())
+query.awaitTermination()
+print("awaited", flush=True)
+"""
+
+
+def test_a_driver_program_that_ends_right_after_await_termination_still_ends_the_stream(
+        bootstrap_servers: str, ended_input: str, new_topic: Callable[..., str], tmp_path: Path) -> None:
+    """Spark tells a listener of the last micro-batch after ``awaitTermination()`` has returned: the program's
+    exit waits for the stage's last round (``atexit``), so a ``spark-submit`` script of four lines ends its
+    output's stream."""
+    out = new_topic(2)
+    (tmp_path / "mounted").mkdir()
+    program = tmp_path / "stage.py"
+    program.write_text(DRIVER_PROGRAM)
+    done = subprocess.run([sys.executable, str(program), ended_input, out, bootstrap_servers,
+                           (tmp_path / "mounted").as_uri()], capture_output=True, text=True, timeout=300,
+                          check=False, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0 and "awaited" in done.stdout, done.stderr[-3000:]
+    status = run_status(options(out, bootstrap_servers, run="s1", stageProgress="driver"))
+    assert status is not None and status.get("ended") is True, (status, done.stderr[-3000:])
+    wire = dump_topic({"bootstrap.servers": bootstrap_servers}, out)
+    assert sum(1 for r in wire if r.kind == "data") == ROWS
+    assert count_by(wire, "eos") == {(0, "spark-s1-driver"): 1, (1, "spark-s1-driver"): 1}

@@ -14,10 +14,39 @@ from controlmsg.errors import ControlMsgError
 from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
 from controlmsg.spark.options import STAGE_PROGRESS_DRIVER, WriteOptions
 
-__all__ = ["UPSTREAM_DRIVER", "end_stream", "refuse_ended", "run_status", "upstream_of"]
+__all__ = ["FOLLOWED_RUN", "UPSTREAM_DRIVER", "await_follower", "end_stream", "refuse_ended", "run_status",
+           "upstream_of"]
 
 UPSTREAM_DRIVER: Final = "driver"
 """The driver's marker says ``"upstream": "driver"``: the driver is the run's one upstream task."""
+FOLLOWED_RUN: Final = "followedRun"
+"""With ``stageProgress driver``: in the stage marker, the query run that a driver program's follower claimed
+(:func:`controlmsg.spark.stage.claim_stage`); in the sink's marker, the run whose claim the sink has seen."""
+_CLAIM_POLL_S: Final = 0.5
+
+
+def await_follower(opts: WriteOptions, query_run: str) -> None:
+    """Wait, up to the option ``timeout``, until the stage marker says a follower claimed the query run
+    ``query_run``; raise :class:`~controlmsg.errors.ControlMsgError` in one line when none did. The sink's
+    first commit with records of each run calls it with ``stageProgress driver``: without a follower nothing
+    would write the stage's watermark or end of stream, and the query would end as if all were well."""
+    import time
+
+    deadline = time.monotonic() + opts.timeout
+    with MarkerStore(dict(opts.config), stage_transactional_id(opts.topic, opts.job, opts.run_id), opts.topic,
+                     opts.timeout) as store:
+        while True:
+            claimed = (store.load() or {}).get(FOLLOWED_RUN)
+            if claimed == query_run:
+                return
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(_CLAIM_POLL_S)
+    raise ControlMsgError(
+        f"topic {opts.topic!r} run {opts.run_id!r}: option stageProgress {STAGE_PROGRESS_DRIVER} needs the driver "
+        f"program to follow the query: nothing claimed query run {query_run} within {opts.timeout:g} s (timeout), "
+        "so nothing would write its watermark or end of stream; wait on it with "
+        "controlmsg.spark.await_stage(query, options) (or a StageFollower) instead of awaitTermination()")
 
 
 def refuse_ended(opts: WriteOptions, query: str | None = None) -> dict[str, Any] | None:

@@ -28,7 +28,14 @@ from controlmsg.spark.query_log import (
     stage_progress,
 )
 from controlmsg.spark.writing.plan import plan_write
-from controlmsg.spark.writing.run_control import UPSTREAM_DRIVER, refuse_ended, run_status, upstream_of
+from controlmsg.spark.writing.run_control import (
+    FOLLOWED_RUN,
+    UPSTREAM_DRIVER,
+    await_follower,
+    refuse_ended,
+    run_status,
+    upstream_of,
+)
 from controlmsg.spark.writing.task import TaskCommit, max_time, query_run_of, rows_ahead, task_commits, write_task
 
 if TYPE_CHECKING:
@@ -55,6 +62,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
             marker = run_status(opts)
         else:
             marker = refuse_ended(opts, query_id(opts.checkpoint))
+        self.marker = marker
         self.ended = bool(marker and marker.get("ended"))
         self.ended_by: str | None = None if marker is None else marker.get("queryId")
         """The streaming query that wrote the run, when it has ended."""
@@ -125,6 +133,9 @@ class StreamWriter(DataSourceStreamArrowWriter):
         query = commits[0].query_id if commits else None
         run = commits[0].query_run if commits else None
         top = max_time(commits) if commits else None
+        followed = by_driver and run is not None and (self.marker or {}).get(FOLLOWED_RUN) == run
+        if by_driver and run is not None and not followed:
+            await_follower(opts, run)  # the first commit of this run of the query: is a driver following it?
 
         def plan(committed: dict[str, Any] | None) -> Round | None:
             """Decided after fencing, from what the last driver committed: its watermark is the floor."""
@@ -161,8 +172,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
                       "queryId": query or (committed or {}).get("queryId"),
                       "queryRun": run or (committed or {}).get("queryRun"),
                       "maxEventTime": max(tops) if tops else None}
-            if by_driver:
-                return [], status  # the marker alone: the driver program's rounds take its maxEventTime
+            if by_driver:  # the marker alone: the driver program's rounds take its maxEventTime
+                return [], {**status, FOLLOWED_RUN: run or (committed or {}).get(FOLLOWED_RUN)}
             if ending:
                 return [EndOfStreamMessage(name, 1, opts.run_id, generation=generation)], {**status, "ended": True}
             mark = previous
