@@ -19,6 +19,17 @@ import pytest
 
 from controlmsg.clusters.processes import free_ports
 
+pytest_plugins = ["tests.machine_load"]
+
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""What every JVM the tests start gets (the brokers, HDFS, Spark's drivers, masters, workers and executors, the
+Connect server): they inherit ``JAVA_TOOL_OPTIONS`` from this process. The suite's JVMs live seconds to
+minutes on two cores, where the C2 compiler's and G1's threads cost more than they return: measured on the
+stage chain of two workers, 358 s with Java's defaults, 200 s with these (docs/DEVELOPMENT.md). Only the
+compiler and the collector change, never what the code does; the benchmarks run with Java's defaults."""
+if TEST_JVM_OPTIONS not in os.environ.get("JAVA_TOOL_OPTIONS", ""):  # .ci/run sets them for its broker too
+    os.environ["JAVA_TOOL_OPTIONS"] = f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} {TEST_JVM_OPTIONS}".strip()
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
