@@ -213,6 +213,12 @@ def test_pipeline_on_the_compose_cluster_equals_the_oracle(cluster: Cluster) -> 
     work = cluster.run("spark-worker", "bash", "-c", "ls -d /opt/spark/work/app-*/*", timeout=60)
     assert work.returncode == 0, work.stderr
     assert len({line.split("/")[4] for line in work.stdout.split()}) == 3, work.stdout
+    # The JVMs there ran with the tests' JAVA_TOOL_OPTIONS, passed through by the compose file.
+    from tests.conftest import TEST_JVM_OPTIONS
+
+    for service in ("spark-master", "spark-worker"):
+        passed = cluster.run(service, "printenv", "JAVA_TOOL_OPTIONS", timeout=60)
+        assert TEST_JVM_OPTIONS in passed.stdout, (service, passed.stdout, passed.stderr)
 
     ours = SparkContext._active_spark_context is None  # else the Spark tests' session, left running
     spark = spark_session("local[2]")
