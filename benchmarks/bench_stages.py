@@ -56,8 +56,8 @@ from confluent_kafka import Consumer, TopicPartition
 from connector_jobs import spark_interval
 
 from controlmsg.clusters.jobs import Job
-from controlmsg.core.bookkeeping import StreamEnded
 from controlmsg.core.durations import parse_duration
+from controlmsg.core.events import StreamEnded
 from controlmsg.kafka import ControlReader, DataRecord
 from controlmsg.kafka.settings import for_client
 from spark_jobs.generate import GeneratorConfig, events, generate

@@ -41,7 +41,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from controlmsg.errors import DeliveryError
 from controlmsg.kafka import ControlWriter, create_topic
-from controlmsg.streaming.window import read_task_state, state_key, write_task_state
+from controlmsg.streaming.state_topic import read_task_state, state_key, write_task_state
 from controlmsg.streaming.windows import TumblingWindows
 
 RUN = "bench"
@@ -87,7 +87,7 @@ def timed(f: Callable[..., Any], *args: Any) -> tuple[float, Any]:
 
 
 def log_commit(writer: ControlWriter, topic: str, task: int, w: TumblingWindows) -> int:
-    """One commit of the changelog way, as controlmsg.streaming.window makes it; returns the bytes produced."""
+    """One commit of the changelog way, as controlmsg.streaming.state_topic makes it; returns the bytes produced."""
     _, size = write_task_state(writer, topic, 0, RUN, task, header(), w)
     writer.commit()
     w.mark_committed()

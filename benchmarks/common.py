@@ -30,12 +30,13 @@ import orjson
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from controlmsg.clusters.jobs import Job, JobGroup
+from controlmsg.clusters.job_group import JobGroup
+from controlmsg.clusters.jobs import Job
 from controlmsg.clusters.local_address import local_bootstrap_servers
 from controlmsg.clusters.processes import free_ports
-from controlmsg.core.bookkeeping import StreamEnded, WatermarkAdvanced
 from controlmsg.core.codec import decode_json_payload
 from controlmsg.core.durations import parse_duration
+from controlmsg.core.events import StreamEnded, WatermarkAdvanced
 from controlmsg.errors import ReadError
 from controlmsg.kafka import ControlReader, DataRecord, create_topic
 from controlmsg.kafka.settings import add_client_options, client_config_from_args, write_properties

@@ -4,7 +4,7 @@
 
 Runs a broker (unless the cluster options or ``$KAFKA_BOOTSTRAP_SERVERS`` name one), ``python -m
 spark_jobs.generate`` at ``--rate`` events/s, and the three jobs of ``python -m spark_jobs.pipeline
-windowed-count --streaming`` with the arguments the pipeline gives them (``spark_jobs.pipeline.job_args``),
+windowed-count --streaming`` with the arguments the pipeline gives them (``spark_jobs.job_commands.job_args``),
 each its own process group started by this script. Every ``--kill-every`` minutes one job in turn gets
 SIGKILL on its whole group and is started again at once; every ``--sample-every`` seconds one row of
 ``DIR/samples.csv`` (RSS, lag, transactions, disk, records in and out). At the end the chain drains and ends
@@ -34,7 +34,8 @@ from typing import Any
 import orjson
 from common import add_cluster_options, load_average
 
-from controlmsg.clusters.jobs import Job, JobGroup
+from controlmsg.clusters.job_group import JobGroup
+from controlmsg.clusters.jobs import Job
 from controlmsg.clusters.local_address import local_bootstrap_servers
 from controlmsg.clusters.processes import descendants, free_ports
 from controlmsg.core.messages import MAX_TIMESTAMP
@@ -42,7 +43,8 @@ from controlmsg.kafka.admin import create_topic, end_offsets
 from controlmsg.kafka.settings import client_config_from_args, write_properties
 from controlmsg.streaming.ingest import source_group
 from spark_jobs.common import topic_names
-from spark_jobs.pipeline import build_parser, job_args
+from spark_jobs.job_commands import job_args
+from spark_jobs.pipeline import build_parser
 from spark_jobs.runtime.sink import checkpoint_path
 
 MEASURED_MAX_RATE = 63_000.0

@@ -20,11 +20,12 @@ from typing import Any, TextIO
 
 import orjson
 
-from controlmsg.core.bookkeeping import PartitionEnded, StreamEnded, WatermarkAdvanced
+from controlmsg.core.events import PartitionEnded, StreamEnded, WatermarkAdvanced
 from controlmsg.core.naming import demo_topic
 from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.kafka.admin import create_topic
-from controlmsg.kafka.reader import ControlReader, DataRecord
+from controlmsg.kafka.data_records import DataRecord
+from controlmsg.kafka.reader import ControlReader
 from controlmsg.kafka.writer import ControlWriter
 
 __all__ = ["run_demo"]

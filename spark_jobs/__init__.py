@@ -15,7 +15,8 @@ One subpackage per chain, named after the engine it runs on; each job is ``pytho
 At the top, what the chains share and the two commands: :mod:`~spark_jobs.common` (the CLIs' options, how
 a job starts and fails), :mod:`~spark_jobs.checks` (argument checks before Spark starts),
 :mod:`~spark_jobs.events` (files, event time, rejects, the plain-Spark oracle), :mod:`~spark_jobs.pipeline`
-(``python -m spark_jobs.pipeline windowed-count``: runs the batch or the runtime chain) and
+(``python -m spark_jobs.pipeline windowed-count``: runs the batch or the runtime chain, with each job's command
+line from :mod:`~spark_jobs.job_commands` and the jobs run by :mod:`~spark_jobs.pipeline_run`) and
 :mod:`~spark_jobs.generate` (``python -m spark_jobs.generate``: the raw events a streaming chain reads).
 
 A job keeps its name wherever its module lives: ``ingest``, ``window_aggregate``, ``sink``,

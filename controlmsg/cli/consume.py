@@ -24,10 +24,11 @@ from controlmsg.cli.common import (
     _Interrupted,
     _restore_signals,
 )
-from controlmsg.core.bookkeeping import PartitionEnded, StreamEnded, WatermarkAdvanced
+from controlmsg.core.events import PartitionEnded, StreamEnded, WatermarkAdvanced
 from controlmsg.core.progress import expected_task_names, waiting_for
 from controlmsg.errors import ProtocolError
-from controlmsg.kafka.reader import DataRecord, Item
+from controlmsg.kafka.data_records import DataRecord
+from controlmsg.kafka.reader import Item
 
 
 def _text(value: bytes) -> str | dict[str, str]:

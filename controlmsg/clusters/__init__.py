@@ -8,7 +8,8 @@
   installation;
 * :mod:`controlmsg.clusters.hdfs`: a NameNode and a DataNode from Hadoop's minicluster jar;
 * :mod:`controlmsg.clusters.s3`: an S3 endpoint (moto's server) and Spark's ``s3a`` settings for it;
-* :mod:`controlmsg.clusters.maven_jars`: the pinned jar sets they run from, fetched and verified;
+* :mod:`controlmsg.clusters.maven_jars`: the pinned jar sets they run from, fetched and verified (the set and its
+  lock: :mod:`controlmsg.clusters.jar_sets`; the resolvers: :mod:`controlmsg.clusters.jar_resolvers`);
 * :mod:`controlmsg.clusters.connect`: a Spark Connect server from it;
 * :mod:`controlmsg.clusters.images`: the images of ``docker-compose.yml`` (Kafka, Spark), built on this
   machine from a Debian base and rebuilt only when their inputs change.

@@ -12,8 +12,8 @@ Layout on disk:
   one rename once complete and verified).
 * ``<data_dir>/`` belongs to one broker, a KRaft node directory (:mod:`controlmsg.clusters.kraft`):
   ``server.properties``, ``log4j2.properties``, ``broker.log`` (its stdout/stderr; the previous run's log is
-  kept as ``broker.log.1``), ``broker.pid``, ``broker.json`` and the Kafka storage in ``logs/`` (formatted once,
-  reused by later starts).
+  kept as ``broker.log.1``), ``broker.pid``, ``broker.json`` (:mod:`controlmsg.clusters.broker_record`) and
+  the Kafka storage in ``logs/`` (formatted once, reused by later starts).
 
 The broker listens on ``127.0.0.1`` only. Topic auto-creation is off (intermediate topics are created on
 purpose, with their partition count), and every internal topic uses replication factor 1.
@@ -32,12 +32,20 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from controlmsg.clusters import kraft
 from controlmsg.clusters import security as sec
+from controlmsg.clusters.broker_record import (
+    JSON_FILE,
+    STORAGE_SECURITY_FILE,
+    BrokerHandle,
+    record_json,
+    recorded_broker,
+    remove_record,
+    storage_security,
+)
 from controlmsg.clusters.kafka_jars import KAFKA_VERSION, ensure_kafka_libs
 from controlmsg.clusters.processes import (
     file_lock,
@@ -78,34 +86,9 @@ _BROKER_DIR_ENV = "CONTROLMSG_BROKER_DIR"
 _OPENSSL_TIMEOUT = 60.0
 _ACL_TIMEOUT = 30.0
 
-_JSON_FILE = "broker.json"
 _LOCK_FILE = ".broker.lock"
-# Written after a secured format: its storage holds SCRAM users, a plain one has none.
-_STORAGE_SECURITY_FILE = "storage.security"
 
 _logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class BrokerHandle:
-    """A running local broker.
-
-    Attributes:
-        bootstrap_servers: ``host:port`` for Kafka clients.
-        pid: Process id of the broker JVM.
-        data_dir: Absolute directory that holds the broker's state and files.
-        log_path: The broker's stdout/stderr log (``<data_dir>/broker.log``).
-        security: ``"plaintext"`` or ``"sasl-ssl"``.
-        client_properties: Secured only: user (``admin``, ``pipeline``, ``nobody``) -> that user's
-            client properties file (librdkafka names, mode 0600), for ``--kafka-config``.
-    """
-
-    bootstrap_servers: str
-    pid: int
-    data_dir: Path
-    log_path: Path
-    security: Security = "plaintext"
-    client_properties: dict[str, Path] = field(default_factory=dict, hash=False)
 
 
 # --------------------------------------------------------------------------- paths
@@ -178,7 +161,7 @@ def start_broker(port: int = 9092, data_dir: Path | None = None, timeout: float 
     _check_arguments(port, timeout, security)
     ddir = make_directory(_resolve_dir(data_dir, default_data_dir()), "the broker directory")
     with file_lock(ddir / _LOCK_FILE):
-        existing = _recorded_broker(ddir)
+        existing = recorded_broker(ddir)
         if existing is not None:
             handle, recorded_port = existing
             refused = _refuse_running(handle, recorded_port, port, security)
@@ -193,18 +176,18 @@ def start_broker(port: int = 9092, data_dir: Path | None = None, timeout: float 
         deadline = time.monotonic() + timeout
         controller_port = _controller_port(ddir, port)
         formatted = kraft.is_formatted(ddir)
-        if formatted and _storage_security(ddir) != security:
+        if formatted and storage_security(ddir) != security:
             raise BrokerError(
-                f"the broker storage in {ddir} was formatted for a {_storage_security(ddir)} broker, "
+                f"the broker storage in {ddir} was formatted for a {storage_security(ddir)} broker, "
                 f"not a {security} one; use another data directory (--data-dir)"
             )
         found, client_properties = _write_settings(ddir, port, controller_port, security)
         if not formatted:
             kraft.format_storage(java, libs, ddir, deadline, secrets=found)
             if found is not None:
-                write_text_atomic(ddir / _STORAGE_SECURITY_FILE, f"{security}\n")
+                write_text_atomic(ddir / STORAGE_SECURITY_FILE, f"{security}\n")
             else:
-                (ddir / _STORAGE_SECURITY_FILE).unlink(missing_ok=True)
+                (ddir / STORAGE_SECURITY_FILE).unlink(missing_ok=True)
         handle = _spawn(java, libs, ddir, port, controller_port, security, client_properties)
         _serve_or_kill(handle, deadline)
         return handle
@@ -235,7 +218,7 @@ def stop_broker(data_dir: Path | None = None, timeout: float = 30.0) -> bool:
         if pid is not None:
             _logger.info("stopping broker pid %d", pid)
             _terminate(pid, ddir, timeout)
-        _remove_record(ddir)
+        remove_record(ddir)
         return pid is not None
 
 
@@ -248,7 +231,7 @@ def broker_status(data_dir: Path | None = None) -> BrokerHandle | None:
     Does not block (beyond reading a few small files) and does not raise.
     """
     ddir = _resolve_dir(data_dir, default_data_dir())
-    found = _recorded_broker(ddir)
+    found = recorded_broker(ddir)
     return None if found is None else found[0]
 
 
@@ -286,19 +269,6 @@ def _settings(ddir: Path, port: int, controller_port: int, found: sec.BrokerSecr
     return kraft.server_properties(ddir, controller_port, listeners)
 
 
-def _record(handle: BrokerHandle, port: int, controller_port: int) -> dict[str, Any]:
-    """What ``broker.json`` holds of a started broker. Pure."""
-    return {
-        "bootstrap_servers": handle.bootstrap_servers,
-        "pid": handle.pid,
-        "port": port,
-        "controller_port": controller_port,
-        "kafka_version": KAFKA_VERSION,
-        "security": handle.security,
-        "client_properties": {user: str(path) for user, path in handle.client_properties.items()},
-    }
-
-
 def _write_settings(ddir: Path, port: int, controller_port: int,
                     security: Security) -> tuple[sec.BrokerSecrets | None, dict[str, Path]]:
     """Write the broker's settings into ``ddir``; secured, also its passwords (made once), a new CA and
@@ -323,11 +293,11 @@ def _spawn(java: str, libs: Path, ddir: Path, port: int, controller_port: int, s
                           log_path=ddir / kraft.LOG_FILE, security=security, client_properties=client_properties)
     try:
         write_text_atomic(ddir / kraft.PID_FILE, f"{pid}\n")
-        write_text_atomic(ddir / _JSON_FILE, json.dumps(_record(handle, port, controller_port), indent=2) + "\n")
+        write_text_atomic(ddir / JSON_FILE, json.dumps(record_json(handle, port, controller_port), indent=2) + "\n")
         _logger.info("started broker pid %d at %s", pid, handle.bootstrap_servers)
     except BaseException:
         _terminate(pid, ddir, 5.0)
-        _remove_record(ddir)
+        remove_record(ddir)
         raise
     return handle
 
@@ -345,48 +315,13 @@ def _controller_port(ddir: Path, port: int) -> int:
     return free_ports(exclude={port})
 
 
-def _storage_security(data_dir: Path) -> Security:
-    """The mode the storage of ``data_dir`` was formatted in (no marker: plaintext, as before markers)."""
-    try:
-        text = (data_dir / _STORAGE_SECURITY_FILE).read_text(encoding="utf-8").strip()
-    except OSError:
-        return "plaintext"
-    return "sasl-ssl" if text == "sasl-ssl" else "plaintext"
-
-
-def _recorded_broker(data_dir: Path) -> tuple[BrokerHandle, int] | None:
-    """The live broker recorded in ``data_dir`` and its port, if there is one."""
-    pid = kraft.running_pid(data_dir)
-    try:
-        record = json.loads((data_dir / _JSON_FILE).read_text(encoding="utf-8"))
-        rec_pid, bootstrap, port = record["pid"], record["bootstrap_servers"], record["port"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if not (isinstance(rec_pid, int) and isinstance(bootstrap, str) and isinstance(port, int) and rec_pid == pid):
-        return None
-    security: Security = "sasl-ssl" if record.get("security") == "sasl-ssl" else "plaintext"
-    paths = record.get("client_properties")
-    client_properties = (
-        {str(user): Path(path) for user, path in paths.items() if isinstance(path, str)}
-        if isinstance(paths, dict) else {}
-    )
-    return BrokerHandle(bootstrap_servers=bootstrap, pid=rec_pid, data_dir=data_dir,
-                        log_path=data_dir / kraft.LOG_FILE, security=security,
-                        client_properties=client_properties), port
-
-
 def _kill_orphan(data_dir: Path) -> None:
     """Stop a broker of ``data_dir`` whose record is incomplete; clear stale files."""
     pid = kraft.running_pid(data_dir)
     if pid is not None:
         _logger.warning("stopping unrecorded broker pid %d from %s", pid, data_dir)
         _terminate(pid, data_dir, 10.0)
-    _remove_record(data_dir)
-
-
-def _remove_record(data_dir: Path) -> None:
-    for name in (kraft.PID_FILE, _JSON_FILE):
-        (data_dir / name).unlink(missing_ok=True)
+    remove_record(data_dir)
 
 
 def _terminate(pid: int, data_dir: Path, timeout: float) -> None:
@@ -405,7 +340,7 @@ def _serve_or_kill(handle: BrokerHandle, deadline: float) -> None:
     except BaseException:
         with contextlib.suppress(BrokerError):
             _terminate(handle.pid, handle.data_dir, 5.0)
-        _remove_record(handle.data_dir)
+        remove_record(handle.data_dir)
         raise
 
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-from controlmsg.clusters.maven_jars import Coordinate, JarSet, ensure_jars, write_lock
+from controlmsg.clusters.jar_sets import Coordinate, JarSet
+from controlmsg.clusters.maven_jars import ensure_jars, write_lock
 from controlmsg.clusters.processes import free_ports, java_executable, tcp_accepts, write_text_atomic
 from controlmsg.clusters.starter import CommandLine, Launch, Starter, spark_home
 from controlmsg.errors import LocalClusterError

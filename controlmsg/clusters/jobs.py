@@ -6,7 +6,8 @@ of the group takes the whole job, as a crashed machine would. Some processes lea
 daemon makes one of its own); they are found as the job's descendants while its process runs, and go with
 it.
 
-The contract (:class:`Job` for one job, :class:`JobGroup` for named jobs started together):
+The contract (:class:`Job` for one job, :class:`~controlmsg.clusters.job_group.JobGroup` for named jobs
+started together):
 
 * **start**: ``argv`` with an environment (default: ours), stdin from ``/dev/null``, stdout and stderr
   appended to a log file (kept across restarts); optionally ``nice`` levels lower (its session's scheduler
@@ -38,14 +39,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Final
 
 from controlmsg.clusters.processes import descendants
 from controlmsg.errors import ControlMsgError
 
-__all__ = ["KILL_WAIT_S", "LINGER_S", "Job", "JobError", "JobGroup"]
+__all__ = ["KILL_WAIT_S", "LINGER_S", "Job", "JobError"]
 
 KILL_WAIT_S: Final = 30.0
 """Seconds a job's process has to be gone after SIGKILL before :meth:`Job.kill` raises."""
@@ -214,7 +215,7 @@ class Job:
         ``grace`` s later, then SIGKILL to what its group and strays still hold ``linger`` s after that.
         Blocks for at most about ``grace + linger`` s; returns the exit code."""
         self._started()
-        codes = _stop([self], grace, linger)
+        codes = stop_jobs([self], grace, linger)
         return codes[self.name] if self.name in codes else self._ended_code()
 
     def ensure_running(self) -> None:
@@ -331,79 +332,10 @@ class Job:
             self._log = None
 
 
-class JobGroup(Mapping[str, Job]):
-    """Named jobs, each a :class:`Job` whose log is ``<log_dir>/<name>.log`` unless given, all with the
-    environment ``env`` (``None``: ours). A mapping of name to job, in the order they were first started.
-
-    Use it as a context manager, or call :meth:`close`: nothing it started outlives it.
-    """
-
-    def __init__(self, log_dir: Path, *, env: Mapping[str, str] | None = None) -> None:
-        self.log_dir = log_dir
-        self.env = None if env is None else dict(env)
-        self._jobs: dict[str, Job] = {}
-
-    def start(self, name: str, argv: Sequence[str], *, log_path: Path | None = None, nice: int = 0,
-              echo: Callable[[bytes], bool] | None = None) -> Job:
-        """Start the job ``name`` (see :class:`Job`); a name started before starts again with ``argv``,
-        its log, nice level and echo kept. Returns at once; raises :class:`JobError` if it is still running
-        or cannot be started."""
-        job = self._jobs.get(name)
-        if job is not None:
-            job.start(argv)
-            return job
-        job = Job(name, argv, log_path or self.log_dir / f"{name}.log", env=self.env, nice=nice, echo=echo)
-        job.start()
-        self._jobs[name] = job
-        return job
-
-    def wait(self, timeout: float, *, stop_when: Callable[[], bool] | None = None,
-             poll_s: float = 0.2) -> dict[str, int | None]:
-        """Block until every job has ended, one has ended with a code other than 0, ``stop_when()`` is true,
-        or ``timeout`` s have passed; returns each job's exit code (``None``: still running)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            codes = {name: job.poll() for name, job in self._jobs.items()}
-            if all(code is not None for code in codes.values()) or any(code for code in codes.values()):
-                return codes
-            now = time.monotonic()
-            if (stop_when is not None and stop_when()) or now >= deadline:
-                return codes
-            time.sleep(min(poll_s, deadline - now))
-
-    def signal(self, signum: int, *, group: bool = False) -> None:
-        """:meth:`Job.signal` to every job: never waits, safe in a signal handler."""
-        for job in list(self._jobs.values()):
-            job.signal(signum, group=group)
-
-    def stop(self, grace: float, *, linger: float = LINGER_S) -> dict[str, int]:
-        """:meth:`Job.stop` of every running job at once (one ``grace`` for all), then the same ``linger``
-        for what every job's group still holds, ended jobs' groups too. Returns the exit code of each job
-        that was running."""
-        return _stop(list(self._jobs.values()), grace, linger)
-
-    def close(self) -> None:
-        """:meth:`Job.close` of every job."""
-        for job in self._jobs.values():
-            job.close()
-
-    def __enter__(self) -> JobGroup:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __getitem__(self, name: str) -> Job:
-        return self._jobs[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._jobs)
-
-    def __len__(self) -> int:
-        return len(self._jobs)
-
-
-def _stop(jobs: Sequence[Job], grace: float, linger: float) -> dict[str, int]:
+def stop_jobs(jobs: Sequence[Job], grace: float, linger: float) -> dict[str, int]:
+    """:meth:`Job.stop` of every running job of ``jobs`` at once (one ``grace`` for all), then the same
+    ``linger`` for what every job's group still holds, ended jobs' groups too. Returns the exit code of each
+    job that was running. Blocks for at most about ``grace + linger`` s."""
     running = [job for job in jobs if job.running()]
     for job in running:
         job._remember_strays()

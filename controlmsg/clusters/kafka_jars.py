@@ -5,10 +5,10 @@ The local broker (:mod:`controlmsg.clusters.broker`, :mod:`controlmsg.clusters.k
 is pinned in ``kafka-jars.lock`` next to this module: every jar's file name, size and SHA-256, and nothing
 else is on the broker's classpath.
 
-How they are resolved (pyspark's Ivy, or Maven), cached, verified and installed is
-:mod:`controlmsg.clusters.maven_jars`, shared with the other local clusters' jar sets; this module names the
-Kafka set. ``CONTROLMSG_KAFKA_RESOLVER=ivy|maven`` picks its resolver. Spark's own ``--packages`` resolution is
-not used because it always leaves out ``scala-library``, which the broker needs.
+How they are resolved (pyspark's Ivy, or Maven: :mod:`controlmsg.clusters.jar_resolvers`), cached, verified
+and installed (:mod:`controlmsg.clusters.maven_jars`) is shared with the other local clusters' jar sets; this
+module names the Kafka set. ``CONTROLMSG_KAFKA_RESOLVER=ivy|maven`` picks its resolver. Spark's own
+``--packages`` resolution is not used because it always leaves out ``scala-library``, which the broker needs.
 
 Maintainers: after a version change, ``python -m controlmsg.clusters.kafka_jars --write-lock`` resolves the
 set anew (no verification) and rewrites the lock; review the diff.
@@ -22,8 +22,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
-from controlmsg.clusters import maven_jars
-from controlmsg.clusters.maven_jars import IVY_SETTINGS_ENV, RESOLVERS, Coordinate, JarSet, LockedJar, verify_jars
+from controlmsg.clusters import jar_resolvers, jar_sets, maven_jars
+from controlmsg.clusters.jar_resolvers import IVY_SETTINGS_ENV, RESOLVERS
+from controlmsg.clusters.jar_sets import Coordinate, JarSet, LockedJar, verify_jars
 from controlmsg.errors import BrokerError
 
 __all__ = [
@@ -68,10 +69,10 @@ KAFKA_JARS: Final = JarSet(
     error=BrokerError,
     resolver_env=RESOLVER_ENV,
 )
-"""The broker's classpath as a :class:`~controlmsg.clusters.maven_jars.JarSet`."""
+"""The broker's classpath as a :class:`~controlmsg.clusters.jar_sets.JarSet`."""
 
 # The set's resolution under the names it had before maven_jars was factored out (its tests use them).
-_Resolver = maven_jars.Resolver
+_Resolver = jar_resolvers.Resolver
 
 
 def _jar_set() -> JarSet:
@@ -81,30 +82,30 @@ def _jar_set() -> JarSet:
 
 
 def _pyspark_ivy_jar() -> Path | None:
-    return maven_jars.pyspark_ivy_jar()
+    return jar_resolvers.pyspark_ivy_jar()
 
 
 def _ivy_module_xml(module: str = "kafka-runtime") -> str:
-    return maven_jars.ivy_module_xml(KAFKA_JARS, module)
+    return jar_resolvers.ivy_module_xml(KAFKA_JARS, module)
 
 
 def _pom_xml() -> str:
-    return maven_jars.pom_xml(KAFKA_JARS)
+    return jar_resolvers.pom_xml(KAFKA_JARS)
 
 
-def _ivy_resolver(ivy_jar: Path) -> maven_jars.Resolver:
-    return maven_jars.ivy_resolver(KAFKA_JARS, ivy_jar)
+def _ivy_resolver(ivy_jar: Path) -> jar_resolvers.Resolver:
+    return jar_resolvers.ivy_resolver(KAFKA_JARS, ivy_jar)
 
 
-def _resolvers() -> list[maven_jars.Resolver]:
+def _resolvers() -> list[jar_resolvers.Resolver]:
     """The resolvers to try, in order. Raises :class:`BrokerError` naming what to install when there is none."""
-    return maven_jars.resolvers(KAFKA_JARS, lambda: _pyspark_ivy_jar())
+    return jar_resolvers.resolvers(KAFKA_JARS, lambda: _pyspark_ivy_jar())
 
 
 def read_lock(path: Path | None = None) -> tuple[LockedJar, ...]:
     """The jars pinned in ``path``, sorted by name. Raises :class:`BrokerError` when it is missing or a line is
     not ``<64 hex digits>  <size>  <file name>.jar`` (``#`` starts a comment). Default: :data:`LOCK_FILE`."""
-    return maven_jars.read_lock(path if path is not None else LOCK_FILE, BrokerError)
+    return jar_sets.read_lock(path if path is not None else LOCK_FILE, BrokerError)
 
 
 def ensure_kafka_libs(cache_dir: Path | None = None) -> Path:

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-from controlmsg.clusters.maven_jars import Coordinate, JarSet, ensure_jars, read_lock, write_lock
+from controlmsg.clusters.jar_sets import Coordinate, JarSet, read_lock
+from controlmsg.clusters.maven_jars import ensure_jars, write_lock
 from controlmsg.clusters.processes import free_ports
 from controlmsg.clusters.starter import CommandLine, Launch, Starter
 from controlmsg.errors import LocalClusterError

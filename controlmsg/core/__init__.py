@@ -6,16 +6,9 @@ Nothing in this package imports confluent_kafka or pyspark, reads the clock, sle
 offsets and messages come in as arguments and events come out as return values.
 """
 
-from controlmsg.core.bookkeeping import (
-    Counters,
-    Event,
-    InputTracker,
-    PartitionEnded,
-    PartitionStatus,
-    StreamEnded,
-    WatermarkAdvanced,
-)
+from controlmsg.core.bookkeeping import InputTracker
 from controlmsg.core.codec import decode, decode_json_payload, encode_control, encode_json, encode_user
+from controlmsg.core.events import Counters, Event, PartitionEnded, PartitionStatus, StreamEnded, WatermarkAdvanced
 from controlmsg.core.messages import (
     MAX_TIMESTAMP,
     MIN_TIMESTAMP,

@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from controlmsg.core.bookkeeping import InputTracker, PartitionStatus
+from controlmsg.core.bookkeeping import InputTracker
+from controlmsg.core.events import PartitionStatus
 from controlmsg.core.messages import MAX_TIMESTAMP, MIN_TIMESTAMP
 from controlmsg.core.naming import parse_task_name
 

@@ -7,7 +7,8 @@ librdkafka settings pass through untouched, so security and tuning options are s
 
 from controlmsg.kafka.admin import create_topic, partition_count, wait_for_topic
 from controlmsg.kafka.checkpoint import Checkpoint, FileCheckpointStore
-from controlmsg.kafka.reader import ControlReader, DataColumns, DataRecord, Item
+from controlmsg.kafka.data_records import DataColumns, DataRecord
+from controlmsg.kafka.reader import ControlReader, Item
 from controlmsg.kafka.settings import resolve_bootstrap_servers
 from controlmsg.kafka.writer import ControlWriter
 

@@ -16,8 +16,9 @@ from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from controlmsg.core.bookkeeping import InputTracker, PartitionStatus
+from controlmsg.core.bookkeeping import InputTracker
 from controlmsg.core.codec import decode
+from controlmsg.core.events import PartitionStatus
 from controlmsg.errors import Location, ProtocolError, ReadError
 from controlmsg.kafka.admin import wait_for_topic, watermark_offsets
 from controlmsg.kafka.fetching import EOF_FETCH_WAIT_MS, consume_ready

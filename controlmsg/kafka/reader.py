@@ -3,7 +3,8 @@
 :class:`ControlReader` assigns itself partitions of one topic (never joins a consumer group, never
 commits offsets to Kafka: its position lives in its checkpoint), consumes in batches, decodes every
 record, feeds control messages to an :class:`~controlmsg.core.bookkeeping.InputTracker` and returns, in
-order, :class:`DataRecord` items and the tracker's events.
+order, :class:`~controlmsg.kafka.data_records.DataRecord` items (or :class:`~controlmsg.kafka.data_records.DataColumns`)
+and the tracker's events.
 
 Bad records (undecodable, unknown version, protocol violations) either stop the reader with the
 located error (the default) or, with ``dead_letter_topic``, are written there unchanged with the reason
@@ -15,17 +16,18 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
 from typing import Any, Final, cast
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from controlmsg.core.bookkeeping import Event, InputTracker
+from controlmsg.core.bookkeeping import InputTracker
 from controlmsg.core.codec import decode
+from controlmsg.core.events import Event
 from controlmsg.errors import CheckpointError, Location, ProtocolError, ReadError
 from controlmsg.kafka.admin import wait_for_topic
 from controlmsg.kafka.checkpoint import Checkpoint, FileCheckpointStore
+from controlmsg.kafka.data_records import DataColumns, DataRecord, same_run
 from controlmsg.kafka.deadletter import (
     HEADER_DLQ_OFFSET,
     HEADER_DLQ_PARTITION,
@@ -38,7 +40,7 @@ from controlmsg.kafka.fetching import EOF_FETCH_WAIT_MS, consume_ready
 from controlmsg.kafka.refusals import check_client
 from controlmsg.kafka.retry import ConsumerErrors
 from controlmsg.kafka.settings import for_client
-from controlmsg.kafka.writer import HEADER_RUN, HEADER_TASK
+from controlmsg.kafka.writer import HEADER_RUN
 
 __all__ = [
     "HEADER_DLQ_OFFSET",
@@ -46,10 +48,7 @@ __all__ = [
     "HEADER_DLQ_REASON",
     "HEADER_DLQ_TOPIC",
     "ControlReader",
-    "DataColumns",
-    "DataRecord",
     "Item",
-    "same_run",
     "start_offset",
 ]
 
@@ -71,80 +70,8 @@ def start_offset(offset: int, reset: object) -> int:
     return offset
 
 
-@dataclass(frozen=True, slots=True)
-class DataRecord:
-    """A user message: its position, key and payload (the user serde's bytes, without the type byte).
-
-    ``message``: the Kafka message it came from (``None`` when built by hand); kept so that headers are
-    only looked at when asked for (:attr:`upstream_task`), never on the hot path.
-    """
-
-    partition: int
-    offset: int
-    key: bytes | None
-    payload: bytes
-    message: Any = field(default=None, repr=False, compare=False)
-
-    @property
-    def upstream_task(self) -> str | None:
-        """The upstream task that wrote the record, from its ``controlmsg-task`` header (written by a
-        ControlWriter with ``data_headers=True``); ``None`` when the record does not say."""
-        headers = self.message.headers() if self.message is not None else None
-        for name, value in headers or ():
-            if name == HEADER_TASK and value is not None:
-                return bytes(value).decode(errors="replace")
-        return None
-
-
 Item = DataRecord | Event
 
-
-class DataColumns:
-    """User messages as parallel lists, one entry per record in reading order: what
-    :meth:`ControlReader.poll_columns` fills instead of making a :class:`DataRecord` per record.
-    ``payloads`` are the user serde's bytes (without the type byte); ``messages`` the Kafka messages they
-    came from (for headers and dead letters)."""
-
-    __slots__ = ("keys", "messages", "offsets", "partitions", "payloads")
-
-    def __init__(self) -> None:
-        self.partitions: list[int] = []
-        self.offsets: list[int] = []
-        self.keys: list[bytes | None] = []
-        self.payloads: list[bytes] = []
-        self.messages: list[Any] = []
-
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-    def record(self, i: int) -> DataRecord:
-        """Record ``i`` as a :class:`DataRecord`."""
-        return DataRecord(self.partitions[i], self.offsets[i], self.keys[i], self.payloads[i], self.messages[i])
-
-    def select(self, indexes: Iterable[int]) -> DataColumns:
-        """The records at ``indexes``, in that order, as new columns."""
-        out = DataColumns()
-        for i in indexes:
-            out.partitions.append(self.partitions[i])
-            out.offsets.append(self.offsets[i])
-            out.keys.append(self.keys[i])
-            out.payloads.append(self.payloads[i])
-            out.messages.append(self.messages[i])
-        return out
-
-
-def same_run(headers: list[tuple[str, bytes | None]] | None, run_header: tuple[str, bytes]) -> bool:
-    """Whether a user record with ``headers`` (``msg.headers()``) belongs to the run of ``run_header``
-    (``(HEADER_RUN, run id as bytes)``): its first ``controlmsg-run`` header names that run, or it has
-    none. The writer puts ``controlmsg-run`` first, so the usual record is decided by one tuple comparison
-    in C; any other layout is scanned."""
-    if not headers or headers[0] == run_header:
-        return True
-    name, run = run_header
-    for key, value in headers:
-        if key == name:
-            return bool(value == run)
-    return True
 
 # poll() builds DataRecords by setting their slots directly: the frozen dataclass's generated __init__ goes
 # through object.__setattr__ once per field, which costs more than all the rest of poll()'s per-record work.

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 from controlmsg.lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from controlmsg.spark.batches import RAW_SCHEMA
     from controlmsg.spark.datasource import ControlMsgDataSource
     from controlmsg.spark.event_time import WATERMARK_COLUMNS, late_records, observed_counts, with_watermark
+    from controlmsg.spark.read_schema import RAW_SCHEMA
     from controlmsg.spark.reading.source_metrics import source_metrics
     from controlmsg.spark.reading.timeouts import EndOfStreamTimeout
     from controlmsg.spark.session import register, spark_session
@@ -52,7 +52,7 @@ __all__ = [
 
 _WHERE = {
     "ControlMsgDataSource": "controlmsg.spark.datasource",
-    "RAW_SCHEMA": "controlmsg.spark.batches",
+    "RAW_SCHEMA": "controlmsg.spark.read_schema",
     "WATERMARK_COLUMNS": "controlmsg.spark.event_time",
     "with_watermark": "controlmsg.spark.event_time",
     "late_records": "controlmsg.spark.event_time",

@@ -70,8 +70,8 @@ class ControlMsgDataSource(DataSource):
         return "controlmsg"
 
     def schema(self) -> str:
-        from controlmsg.spark.batches import raw_schema
         from controlmsg.spark.options import lower_keys
+        from controlmsg.spark.read_schema import raw_schema
 
         text = (lower_keys(self.options).get("includeheaders") or "false").strip().lower()
         return raw_schema(text in ("true", "1", "yes"))

@@ -54,7 +54,7 @@ options (:mod:`controlmsg.spark.positions`): ``subscribe`` (several topics), ``s
 it starts; with ``availableNowEnds true`` that is the end of the input, which a ``controlmsg`` stream writer
 passes on as the end of its stream. See :mod:`controlmsg.spark.reading.plain_readers`. An intermediate topic refuses
 these (``subscribe`` of one topic is its ``topic``). ``includeHeaders true``: a read without a schema has the
-column ``headers`` (:mod:`controlmsg.spark.batches` lists the columns a declared schema can ask for).
+column ``headers`` (:mod:`controlmsg.spark.read_schema` lists the columns a declared schema can ask for).
 
 Bad records (a value that is not JSON or not a JSON object, a field that does not fit its type, a key or
 raw value that is not UTF-8 but read as a string), as Spark's JSON and CSV sources name their modes:
@@ -109,8 +109,8 @@ STAGE_PROGRESS_EVENT_TIME: Final = "eventTime"
 ``eventTime`` written minus ``allowedLateness``, and the stream ends only by ``end_stream``."""
 DEFAULT_CORRUPT_COLUMN: Final = "_corrupt_record"
 # librdkafka stops fetching a partition for fetch.queue.backoff.ms (default 1 s) whenever its local queue
-# is past queued.min.messages; a reader that drains fast then waits most of the time (measured: 135k
-# records/s with the default, 370k with 10 ms, bare consume() on a 2-core machine).
+# is past queued.min.messages; a reader that drains fast then waits most of the time (docs/PERFORMANCE.md,
+# "The reader's start and fetch").
 _CONSUMER_DEFAULTS: Final = {"fetch.queue.backoff.ms": "10"}
 _KAFKA: Final = "kafka."
 _TOPIC_CONFIG: Final = "topicconfig."

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     )
     from controlmsg.streaming.log import job_logger
     from controlmsg.streaming.runtime import Body, partition_groups, run_long_running_tasks, slot_groups
+    from controlmsg.streaming.state_topic import read_task_state, state_key, state_topic_config, write_task_state
     from controlmsg.streaming.stopping import (
         HARD_LIMIT_S,
         STOP_GRACE_S,
@@ -65,15 +66,7 @@ if TYPE_CHECKING:
         signal_name,
         watch_parent,
     )
-    from controlmsg.streaming.window import (
-        LATE_REASON,
-        TaskSummary,
-        read_task_state,
-        run_window_task,
-        state_key,
-        state_topic_config,
-        write_task_state,
-    )
+    from controlmsg.streaming.window import LATE_REASON, TaskSummary, run_window_task
 
 __all__ = [
     "HARD_LIMIT_S",
@@ -120,11 +113,11 @@ _WHERE = {
     "source_group": "controlmsg.streaming.ingest",
     "LATE_REASON": "controlmsg.streaming.window",
     "TaskSummary": "controlmsg.streaming.window",
-    "read_task_state": "controlmsg.streaming.window",
     "run_window_task": "controlmsg.streaming.window",
-    "state_key": "controlmsg.streaming.window",
-    "state_topic_config": "controlmsg.streaming.window",
-    "write_task_state": "controlmsg.streaming.window",
+    "read_task_state": "controlmsg.streaming.state_topic",
+    "state_key": "controlmsg.streaming.state_topic",
+    "state_topic_config": "controlmsg.streaming.state_topic",
+    "write_task_state": "controlmsg.streaming.state_topic",
     "HARD_LIMIT_S": "controlmsg.streaming.stopping",
     "STOP_GRACE_S": "controlmsg.streaming.stopping",
     "StopChannel": "controlmsg.streaming.stopping",

@@ -2,7 +2,7 @@
 
 A streaming job drives one :class:`TumblingWindows` per consumer loop: every record goes in with
 :meth:`~TumblingWindows.add`, every reconciled input watermark (the
-:class:`~controlmsg.core.bookkeeping.WatermarkAdvanced` events of its input tracker) with
+:class:`~controlmsg.core.events.WatermarkAdvanced` events of its input tracker) with
 :meth:`~TumblingWindows.advance`, and at end of stream it calls :meth:`~TumblingWindows.close_all`. Time
 comes in only as these arguments. The rules:
 

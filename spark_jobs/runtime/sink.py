@@ -31,12 +31,13 @@ from typing import Any, Final
 
 import orjson
 
-from controlmsg.core.bookkeeping import StreamEnded
 from controlmsg.core.codec import decode_json_payload
+from controlmsg.core.events import StreamEnded
 from controlmsg.errors import CheckpointError, ControlMsgError
 from controlmsg.kafka.checkpoint import FileCheckpointStore
+from controlmsg.kafka.data_records import DataRecord
 from controlmsg.kafka.periodic_log import Progress
-from controlmsg.kafka.reader import ControlReader, DataRecord
+from controlmsg.kafka.reader import ControlReader
 from controlmsg.kafka.settings import add_client_options
 from spark_jobs import description
 

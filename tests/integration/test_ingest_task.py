@@ -13,8 +13,8 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from controlmsg.core.bookkeeping import StreamEnded
 from controlmsg.core.codec import decode, decode_json_payload
+from controlmsg.core.events import StreamEnded
 from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
 from controlmsg.errors import CheckpointError
 from controlmsg.kafka import ControlReader, DataRecord

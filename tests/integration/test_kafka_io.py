@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 import pytest
 
-from controlmsg.core.bookkeeping import PartitionEnded, StreamEnded, WatermarkAdvanced
 from controlmsg.core.codec import decode_json_payload
+from controlmsg.core.events import PartitionEnded, StreamEnded, WatermarkAdvanced
 from controlmsg.errors import DeliveryError, TopicError
 from controlmsg.kafka import ControlReader, ControlWriter, DataRecord, FileCheckpointStore
 from controlmsg.kafka.admin import end_offsets

@@ -18,10 +18,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from controlmsg.core.bookkeeping import StreamEnded
 from controlmsg.core.codec import decode_json_payload
+from controlmsg.core.events import StreamEnded
 from controlmsg.kafka.admin import create_topic, end_offsets, partition_count
-from controlmsg.kafka.reader import ControlReader, DataRecord
+from controlmsg.kafka.data_records import DataRecord
+from controlmsg.kafka.reader import ControlReader
 from controlmsg.kafka.settings import client_config, read_properties
 from controlmsg.kafka.writer import ControlWriter
 

@@ -14,13 +14,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
 from controlmsg.kafka import ControlReader, ControlWriter, create_topic
-from controlmsg.streaming.window import (
-    read_task_state,
-    run_window_task,
-    state_key,
-    state_topic_config,
-    write_task_state,
-)
+from controlmsg.streaming.state_topic import read_task_state, state_key, state_topic_config, write_task_state
+from controlmsg.streaming.window import run_window_task
 from controlmsg.streaming.windows import TumblingWindows
 
 RUN = "run-s"

@@ -16,10 +16,11 @@ import orjson
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from controlmsg.core.bookkeeping import WatermarkAdvanced
 from controlmsg.core.codec import decode_json_payload
+from controlmsg.core.events import WatermarkAdvanced
 from controlmsg.kafka import ControlReader, ControlWriter, DataRecord, create_topic
 from controlmsg.streaming import window
+from controlmsg.streaming.state_topic import state_topic_config
 from controlmsg.streaming.window import (
     HEADER_LATE_OFFSET,
     HEADER_LATE_PARTITION,
@@ -47,7 +48,7 @@ class Topics:
         self.output = new_topic(2, "wt-out")
         self.late = new_topic(1, "wt-late")
         self.state = f"wt-state-{uuid.uuid4().hex[:8]}"
-        create_topic(config, self.state, 1, topic_config=window.state_topic_config({}))
+        create_topic(config, self.state, 1, topic_config=state_topic_config({}))
 
 
 class TaskThread:

@@ -1,10 +1,10 @@
 """What the chain tests assert about their jobs, on the one runner of jobs as process groups
-(:class:`controlmsg.clusters.jobs.JobGroup`: each job its own process group, driver, JVM and Python
+(:class:`controlmsg.clusters.job_group.JobGroup`: each job its own process group, driver, JVM and Python
 workers, so that a ``kill -9`` takes the whole job as a crashed machine would)."""
 
 from __future__ import annotations
 
-from controlmsg.clusters.jobs import JobGroup
+from controlmsg.clusters.job_group import JobGroup
 
 
 def kill9(jobs: JobGroup, job: str) -> None:

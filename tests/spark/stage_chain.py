@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from pyspark.sql import SparkSession
 
-from controlmsg.clusters.jobs import JobGroup
+from controlmsg.clusters.job_group import JobGroup
 from tests.oracles import duration_ms, event_time_ms, late_problems, multiset, read_run, watermark_problems
 
 from .jobs import kill9, wait_all_ok

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from controlmsg.core.bookkeeping import StreamEnded
 from controlmsg.core.codec import decode_json_payload
+from controlmsg.core.events import StreamEnded
 from controlmsg.core.naming import task_name, transactional_id
 from controlmsg.errors import DeliveryError
 from controlmsg.kafka import ControlReader, ControlWriter, DataRecord, create_topic

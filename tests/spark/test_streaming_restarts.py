@@ -23,11 +23,12 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from controlmsg.clusters.jobs import JobGroup
+from controlmsg.clusters.job_group import JobGroup
 from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
 from controlmsg.kafka import Checkpoint, ControlReader, DataRecord, FileCheckpointStore
 from spark_jobs.common import topic_names
-from spark_jobs.pipeline import _write_client_config, build_parser, job_args
+from spark_jobs.job_commands import job_args, write_client_config
+from spark_jobs.pipeline import build_parser
 from spark_jobs.runtime.sink import checkpoint_path
 
 from .jobs import kill9, wait_all_ok
@@ -51,7 +52,7 @@ class Chain:
             "--event-time", "event_time", "--window", "1m", "--sum", "amount", "--allowed-lateness", "10s",
             "--watermark-interval", "300ms", "--max-rate", "300", "--output", str(self.output),
             "--partitions", "3", "--tasks", "2", "--master", "local[2]", "--timeout", "300"])
-        kafka_file = _write_client_config({"bootstrap.servers": servers}, self.run_dir)
+        kafka_file = write_client_config({"bootstrap.servers": servers}, self.run_dir)
         self.commands = {job: job_args(job, args, kafka_file, self.run_id, self.run_dir)
                          for job in ("stream_ingest", "stream_window", "stream_sink")}
         self.jobs = JobGroup(self.run_dir)

@@ -28,10 +28,10 @@ from pyspark.sql import SparkSession
 from controlmsg.clusters.jobs import Job
 from controlmsg.clusters.processes import descendants, pid_alive
 from controlmsg.kafka.admin import create_topic, partition_count
-from controlmsg.streaming.window import state_key, state_topic_config
+from controlmsg.streaming.state_topic import state_key, state_topic_config
 from spark_jobs.common import topic_names
 from spark_jobs.generate import GeneratorConfig, generate
-from spark_jobs.pipeline import JOB_STOP_GRACE_S
+from spark_jobs.pipeline_run import JOB_STOP_GRACE_S
 from tests.transactions import held_back
 
 from .test_pipeline_oracle import assert_matches_oracle

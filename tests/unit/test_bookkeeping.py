@@ -11,13 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controlmsg.core.bookkeeping import (
-    Event,
-    InputTracker,
-    PartitionEnded,
-    StreamEnded,
-    WatermarkAdvanced,
-)
+from controlmsg.core.bookkeeping import InputTracker
+from controlmsg.core.events import Event, PartitionEnded, StreamEnded, WatermarkAdvanced
 from controlmsg.core.messages import MAX_TIMESTAMP, ControlMessage, EndOfStreamMessage, WatermarkMessage
 from controlmsg.errors import CheckpointError, Location, ProtocolViolation
 

@@ -1,5 +1,5 @@
-"""The jar sets of the local HDFS and S3 endpoint (controlmsg.clusters.maven_jars): what their locks pin and how
-they are resolved. Their real fetch and use is in tests/spark/test_cluster_storage.py."""
+"""The jar sets of the local HDFS and S3 endpoint (controlmsg.clusters.jar_sets, jar_resolvers): what their locks
+pin and how they are resolved. Their real fetch and use is in tests/spark/test_cluster_storage.py."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from controlmsg.clusters import hdfs, maven_jars, s3
-from controlmsg.clusters.maven_jars import JarSet
+from controlmsg.clusters import hdfs, jar_resolvers, jar_sets, s3
+from controlmsg.clusters.jar_sets import JarSet
 
 
 def _names(jar_set: JarSet) -> set[str]:
-    return {jar.name for jar in maven_jars.read_lock(jar_set.lock_file)}
+    return {jar.name for jar in jar_sets.read_lock(jar_set.lock_file)}
 
 
 def test_the_hdfs_lock_pins_the_minicluster_and_the_junit_apis_it_loads() -> None:
@@ -25,18 +25,18 @@ def test_the_hdfs_lock_pins_the_minicluster_and_the_junit_apis_it_loads() -> Non
 
 
 def test_the_s3a_lock_pins_hadoop_aws_and_the_aws_sdk_bundle() -> None:
-    locked = {jar.name: jar for jar in maven_jars.read_lock(s3.S3A_JARS.lock_file)}
+    locked = {jar.name: jar for jar in jar_sets.read_lock(s3.S3A_JARS.lock_file)}
     assert f"hadoop-aws-{s3.HADOOP_AWS_VERSION}.jar" in locked
     bundle = [jar for name, jar in locked.items() if name.startswith("bundle-2.")]
     assert len(bundle) == 1 and bundle[0].size > 500_000_000
 
 
 def test_a_jar_that_comes_alone_is_resolved_without_its_dependencies() -> None:
-    ivy = maven_jars.ivy_module_xml(hdfs.HDFS_JARS)
+    ivy = jar_resolvers.ivy_module_xml(hdfs.HDFS_JARS)
     line = next(x for x in ivy.splitlines() if "hadoop-client-minicluster" in x)
     assert 'transitive="false"' in line
     assert 'transitive="false"' not in next(x for x in ivy.splitlines() if 'name="junit"' in x)
-    pom = maven_jars.pom_xml(hdfs.HDFS_JARS)
+    pom = jar_resolvers.pom_xml(hdfs.HDFS_JARS)
     block = pom.split("<artifactId>hadoop-client-minicluster</artifactId>")[1].split("</dependency>")[0]
     assert "<exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion>" in block
 
@@ -48,13 +48,13 @@ def test_the_big_set_never_goes_through_the_shared_ivy_cache(tmp_path: Path, mon
         runs.append(list(cmd))
         return ""
 
-    monkeypatch.setattr(maven_jars, "run_tool", fake_run_tool)
-    monkeypatch.setattr(maven_jars, "spark_ivy_cache", lambda: tmp_path / "shared")
-    monkeypatch.delenv(maven_jars.IVY_SETTINGS_ENV, raising=False)
+    monkeypatch.setattr(jar_resolvers, "run_tool", fake_run_tool)
+    monkeypatch.setattr(jar_resolvers, "spark_ivy_cache", lambda: tmp_path / "shared")
+    monkeypatch.delenv(jar_resolvers.IVY_SETTINGS_ENV, raising=False)
     (tmp_path / "w1").mkdir()
     (tmp_path / "w2").mkdir()
-    maven_jars.ivy_resolver(s3.S3A_JARS, tmp_path / "ivy.jar").resolve(tmp_path / "w1", False)
-    maven_jars.ivy_resolver(hdfs.HDFS_JARS, tmp_path / "ivy.jar").resolve(tmp_path / "w2", False)
+    jar_resolvers.ivy_resolver(s3.S3A_JARS, tmp_path / "ivy.jar").resolve(tmp_path / "w1", False)
+    jar_resolvers.ivy_resolver(hdfs.HDFS_JARS, tmp_path / "ivy.jar").resolve(tmp_path / "w2", False)
     private, shared = runs
     assert private[private.index("-cache") + 1] == str(tmp_path / "w1" / "ivy-cache")
     assert shared[shared.index("-cache") + 1] == str(tmp_path / "shared")
@@ -64,7 +64,7 @@ def test_each_set_raises_its_own_error(tmp_path: Path, monkeypatch: pytest.Monke
     bad = tmp_path / "empty.lock"
     bad.write_text("# nothing\n")
     with pytest.raises(hdfs.HdfsError, match="names no jar"):
-        maven_jars.read_lock(bad, hdfs.HdfsError)
-    monkeypatch.setenv(maven_jars.JAR_RESOLVER_ENV, "gradle")
+        jar_sets.read_lock(bad, hdfs.HdfsError)
+    monkeypatch.setenv(jar_sets.JAR_RESOLVER_ENV, "gradle")
     with pytest.raises(s3.S3Error, match=r"CONTROLMSG_JAR_RESOLVER='gradle': expected one of ivy, maven"):
-        maven_jars.resolvers(s3.S3A_JARS)
+        jar_resolvers.resolvers(s3.S3A_JARS)

@@ -399,7 +399,7 @@ def test_encode_json_rows_is_encode_json_per_row() -> None:
 
 
 def test_same_run_takes_the_first_run_header() -> None:
-    from controlmsg.kafka.reader import same_run
+    from controlmsg.kafka.data_records import same_run
     from controlmsg.kafka.writer import HEADER_RUN, HEADER_TASK
 
     mine = (HEADER_RUN, b"r1")

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from controlmsg.clusters.jobs import Job, JobError, JobGroup
+from controlmsg.clusters.job_group import JobGroup
+from controlmsg.clusters.jobs import Job, JobError
 from controlmsg.clusters.processes import pid_alive
 
 # A job that starts a child in the job's group and one in a session of its own (as the PySpark daemon

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from controlmsg.clusters import jar_resolvers, maven_jars
 from controlmsg.clusters import kafka_jars as kj
-from controlmsg.clusters import maven_jars
 from controlmsg.errors import BrokerError
 
 JARS = {"a-1.0.jar": b"alpha" * 100, "b-2.0.jar": b"bravo" * 200, "kafka_2.13-x.jar": b"kafka" * 300}
@@ -236,8 +236,8 @@ def test_the_ivy_command_uses_ivys_defaults_or_the_users_settings(
             (cache / f"controlmsg.local-{module}-default.xml").write_text("x")
         return ""
 
-    monkeypatch.setattr(maven_jars, "run_tool", fake_run_tool)
-    monkeypatch.setattr(maven_jars, "spark_ivy_cache", lambda: tmp_path / "spark-ivy" / "cache")
+    monkeypatch.setattr(jar_resolvers, "run_tool", fake_run_tool)
+    monkeypatch.setattr(jar_resolvers, "spark_ivy_cache", lambda: tmp_path / "spark-ivy" / "cache")
     monkeypatch.delenv(kj.IVY_SETTINGS_ENV, raising=False)
     resolver = kj._ivy_resolver(tmp_path / "ivy-2.5.3.jar")
     for name in ("w1", "w2", "w3"):

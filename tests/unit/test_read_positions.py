@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from controlmsg.spark.batches import is_raw_schema
 from controlmsg.spark.options import ReadOptions
 from controlmsg.spark.positions import DEFAULT_MAX_TRIGGER_DELAY_MS, Bound, Positions, Subscription
+from controlmsg.spark.read_schema import is_raw_schema
 
 SERVERS = {"kafka.bootstrap.servers": "b:1"}
 

@@ -11,11 +11,12 @@ the offsets they look up on the cluster (:mod:`~controlmsg.spark.reading.plain_o
 makes of its records (:mod:`~controlmsg.spark.reading.plain_records`).
 
 The columns a record becomes (``.schema(ddl)``, ``_partition``, ``_offset``, ``_key``, ``_watermark``,
-``_partition_watermark``, ``_control``) are :mod:`controlmsg.spark.batches`; what becomes of the records
-that do not fit (option ``mode``, ``deadLetterTopic``) is :mod:`controlmsg.spark.reading.bad_records`; how the
-partitions are grouped into tasks is :mod:`controlmsg.spark.reading.planning`; a task reads its planned
-offsets with the loop of :mod:`controlmsg.spark.reading.consuming`, and a hook of its reader's. What a stream
-reader reports in every ``StreamingQueryProgress`` is :mod:`controlmsg.spark.reading.source_metrics`.
+``_partition_watermark``, ``_control``) are :mod:`controlmsg.spark.read_schema`, the Arrow batches of them
+:mod:`controlmsg.spark.batches`; what becomes of the records that do not fit (option ``mode``,
+``deadLetterTopic``) is :mod:`controlmsg.spark.reading.bad_records`; how the partitions are grouped into tasks
+is :mod:`controlmsg.spark.reading.planning`; a task reads its planned offsets with the loop of
+:mod:`controlmsg.spark.reading.consuming`, and a hook of its reader's. What a stream reader reports in every
+``StreamingQueryProgress`` is :mod:`controlmsg.spark.reading.source_metrics`.
 
 This package imports its modules (and pyspark) only when one of its names is used.
 """

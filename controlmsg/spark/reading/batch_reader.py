@@ -22,12 +22,14 @@ from pyspark.sql.types import StructType
 
 from controlmsg.errors import ControlMsgError
 from controlmsg.kafka.admin import offset_spans, wait_for_topic
+from controlmsg.kafka.data_records import DataColumns
 from controlmsg.kafka.periodic_log import Progress
-from controlmsg.kafka.reader import ControlReader, DataColumns
+from controlmsg.kafka.reader import ControlReader
 from controlmsg.kafka.refusals import mark_reached
 from controlmsg.kafka.settings import worker_logging
-from controlmsg.spark.batches import WATERMARK_FIELDS, batch_builder
+from controlmsg.spark.batches import batch_builder
 from controlmsg.spark.options import ReadOptions
+from controlmsg.spark.read_schema import WATERMARK_FIELDS
 from controlmsg.spark.reading.bad_records import SetAside, check_dead_letters
 from controlmsg.spark.reading.consuming import POLL_S
 from controlmsg.spark.reading.planning import TopicPartitions, task_groups

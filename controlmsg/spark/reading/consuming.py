@@ -20,13 +20,14 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from controlmsg.errors import ReadError
+from controlmsg.kafka.data_records import DataColumns
 from controlmsg.kafka.fetching import EOF_FETCH_WAIT_MS, consume_ready
 from controlmsg.kafka.periodic_log import Progress
-from controlmsg.kafka.reader import DataColumns
 from controlmsg.kafka.refusals import check_client, mark_reached
 from controlmsg.kafka.settings import for_client, worker_logging
-from controlmsg.spark.batches import Builder, Mark
+from controlmsg.spark.batches import Builder
 from controlmsg.spark.options import ReadOptions
+from controlmsg.spark.read_schema import Mark
 from controlmsg.spark.reading.bad_records import SetAside
 
 __all__ = ["POLL_S", "RangeRecords", "consumer_conf", "read_ranges"]

@@ -14,12 +14,13 @@ from pyspark.sql.types import StructType
 
 from controlmsg.core.bookkeeping import InputTracker
 from controlmsg.core.codec import decode
-from controlmsg.kafka.reader import DataColumns, same_run
+from controlmsg.kafka.data_records import DataColumns, same_run
 from controlmsg.kafka.writer import HEADER_RUN
-from controlmsg.spark.batches import Mark, batch_builder, tick_batch
+from controlmsg.spark.batches import batch_builder, tick_batch
 from controlmsg.spark.options import ReadOptions
 from controlmsg.spark.phases import log_phase, task_batch_id
 from controlmsg.spark.query_log import END_OF_TIME_MS
+from controlmsg.spark.read_schema import Mark
 from controlmsg.spark.reading.consuming import read_ranges
 from controlmsg.spark.reading.planning import StreamRange
 
@@ -46,7 +47,7 @@ def read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Iter
 class EnvelopeRecords:
     """The envelope reader's :class:`~controlmsg.spark.reading.consuming.RangeRecords`: the user records of the
     run become rows (the payload without its type byte); with a watermark field in the schema, each row
-    gets the :data:`~controlmsg.spark.batches.Mark` of its partition, which the control messages before it
+    gets the :data:`~controlmsg.spark.read_schema.Mark` of its partition, which the control messages before it
     on that partition moved (one bookkeeping per partition, restored from the micro-batch's start, since a
     record's marks depend on its own partition's messages only)."""
 

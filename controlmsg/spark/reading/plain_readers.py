@@ -5,7 +5,7 @@ A plain topic is where a pipeline starts: the events an application produces (a 
 controlmsg type byte, no control messages). Reading it with the same source as the intermediate topics
 gives the first stage of a chain the same schema handling (``.schema(ddl)``, ``_partition``, ``_offset``,
 ``_key``, ``_topic``, ``_timestamp``, ``_timestampType``, ``_headers``, ``mode``, ``deadLetterTopic``; without
-a schema ``format("kafka")``'s columns, :mod:`controlmsg.spark.batches`) on every Spark version this project
+a schema ``format("kafka")``'s columns, :mod:`controlmsg.spark.read_schema`) on every Spark version this project
 supports, where Spark's own Kafka connector is published for some only.
 
 What is read and where it starts and stops are ``format("kafka")``'s options in its meanings
@@ -64,9 +64,10 @@ from pyspark.sql.types import StructType
 
 from controlmsg.errors import ControlMsgError
 from controlmsg.kafka.admin import LatestOffsets
-from controlmsg.spark.batches import WATERMARK_FIELDS, batch_builder
+from controlmsg.spark.batches import batch_builder
 from controlmsg.spark.options import ReadOptions
 from controlmsg.spark.positions import PartitionRef
+from controlmsg.spark.read_schema import WATERMARK_FIELDS
 from controlmsg.spark.reading.consuming import consumer_conf
 from controlmsg.spark.reading.plain_offsets import (
     DataLoss,

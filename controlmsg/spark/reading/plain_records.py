@@ -13,9 +13,10 @@ import pyarrow as pa
 from confluent_kafka import Message
 from pyspark.sql.types import StructType
 
-from controlmsg.kafka.reader import DataColumns
-from controlmsg.spark.batches import Mark, batch_builder
+from controlmsg.kafka.data_records import DataColumns
+from controlmsg.spark.batches import batch_builder
 from controlmsg.spark.options import ReadOptions
+from controlmsg.spark.read_schema import Mark
 from controlmsg.spark.reading.consuming import read_ranges
 from controlmsg.spark.reading.planning import PlainRanges
 

@@ -35,10 +35,11 @@ from controlmsg.kafka.admin import LatestOffsets, wait_for_topic, watermark_offs
 from controlmsg.kafka.fetching import consume_ready
 from controlmsg.kafka.refusals import check_client
 from controlmsg.kafka.retry import ConsumerErrors
-from controlmsg.spark.batches import META_CONTROL, batch_builder
+from controlmsg.spark.batches import batch_builder
 from controlmsg.spark.options import ReadOptions
 from controlmsg.spark.phases import log_phase
 from controlmsg.spark.query_log import END_OF_TIME_MS, WATERMARK_ROWS_KEY
+from controlmsg.spark.read_schema import META_CONTROL
 from controlmsg.spark.reading.bad_records import check_dead_letters
 from controlmsg.spark.reading.consuming import POLL_S, consumer_conf
 from controlmsg.spark.reading.envelope_records import read_range

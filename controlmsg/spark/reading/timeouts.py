@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from controlmsg.core.bookkeeping import InputTracker, PartitionStatus
+from controlmsg.core.bookkeeping import InputTracker
+from controlmsg.core.events import PartitionStatus
 from controlmsg.core.progress import expected_task_names, waiting_for
 from controlmsg.errors import ControlMsgError
 from controlmsg.spark.options import ReadOptions

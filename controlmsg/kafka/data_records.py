@@ -1,0 +1,87 @@
+"""The user records a reader of an intermediate topic gives (:class:`~controlmsg.kafka.reader.ControlReader`):
+one :class:`DataRecord` each, or many at once as parallel lists (:class:`DataColumns`), and whether a record
+belongs to the run the reader follows (:func:`same_run`). No I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from controlmsg.kafka.writer import HEADER_TASK
+
+__all__ = ["DataColumns", "DataRecord", "same_run"]
+
+
+@dataclass(frozen=True, slots=True)
+class DataRecord:
+    """A user message: its position, key and payload (the user serde's bytes, without the type byte).
+
+    ``message``: the Kafka message it came from (``None`` when built by hand); kept so that headers are
+    only looked at when asked for (:attr:`upstream_task`), never on the hot path.
+    """
+
+    partition: int
+    offset: int
+    key: bytes | None
+    payload: bytes
+    message: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def upstream_task(self) -> str | None:
+        """The upstream task that wrote the record, from its ``controlmsg-task`` header (written by a
+        ControlWriter with ``data_headers=True``); ``None`` when the record does not say."""
+        headers = self.message.headers() if self.message is not None else None
+        for name, value in headers or ():
+            if name == HEADER_TASK and value is not None:
+                return bytes(value).decode(errors="replace")
+        return None
+
+
+class DataColumns:
+    """User messages as parallel lists, one entry per record in reading order: what
+    :meth:`ControlReader.poll_columns` fills instead of making a :class:`DataRecord` per record.
+    ``payloads`` are the user serde's bytes (without the type byte); ``messages`` the Kafka messages they
+    came from (for headers and dead letters)."""
+
+    __slots__ = ("keys", "messages", "offsets", "partitions", "payloads")
+
+    def __init__(self) -> None:
+        self.partitions: list[int] = []
+        self.offsets: list[int] = []
+        self.keys: list[bytes | None] = []
+        self.payloads: list[bytes] = []
+        self.messages: list[Any] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def record(self, i: int) -> DataRecord:
+        """Record ``i`` as a :class:`DataRecord`."""
+        return DataRecord(self.partitions[i], self.offsets[i], self.keys[i], self.payloads[i], self.messages[i])
+
+    def select(self, indexes: Iterable[int]) -> DataColumns:
+        """The records at ``indexes``, in that order, as new columns."""
+        out = DataColumns()
+        for i in indexes:
+            out.partitions.append(self.partitions[i])
+            out.offsets.append(self.offsets[i])
+            out.keys.append(self.keys[i])
+            out.payloads.append(self.payloads[i])
+            out.messages.append(self.messages[i])
+        return out
+
+
+def same_run(headers: list[tuple[str, bytes | None]] | None, run_header: tuple[str, bytes]) -> bool:
+    """Whether a user record with ``headers`` (``msg.headers()``) belongs to the run of ``run_header``
+    (``(HEADER_RUN, run id as bytes)``): its first ``controlmsg-run`` header names that run, or it has
+    none. The writer puts ``controlmsg-run`` first, so the usual record is decided by one tuple comparison
+    in C; any other layout is scanned."""
+    if not headers or headers[0] == run_header:
+        return True
+    name, run = run_header
+    for key, value in headers:
+        if key == name:
+            return bool(value == run)
+    return True
