@@ -1,13 +1,16 @@
 # The two commands of the README, and the checks CI runs. VENV can point elsewhere (CI uses a fresh one).
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# What installs the project and its dependencies into $(VENV): pip, or CI's uv (.ci/run: the same packages
+# from the same index, in about half the time).
+INSTALL ?= $(PY) -m pip install -q
 
 .PHONY: setup demo demo-streaming demo-protocol test test-spark42 lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(INSTALL) -e '.[dev]'
 	touch $@
 
 setup: $(VENV)/.installed

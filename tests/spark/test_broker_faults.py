@@ -398,7 +398,7 @@ def test_streaming_on_three_nodes_survives_a_leader_killed(cluster: ClusterHandl
         [sys.executable, "-m", "spark_jobs.pipeline", "windowed-count", "--streaming", "--source-topic", source,
          "--until-source-end", "--key", "user", "--event-time", "event_time", "--window", "1m", "--sum", "amount",
          "--allowed-lateness", "1h", "--watermark-interval", "300ms", "--output", str(output), "--max-rate", "200",
-         "--stall-limit", "60s",  # a wedged transaction call is retried after 60 s, not the default 180 s
+         "--stall-limit", "20s",  # a wedged transaction call is retried after 20 s, not the default 180 s
          "--bootstrap-servers", servers, "--partitions", "3", "--tasks", "2", "--master", "local[2]",
          "--timeout", "480", "--run-id", run_id, "--run-dir", str(tmp_path / "run")],
         capture_output=True, text=True, timeout=900, check=False,
@@ -422,6 +422,6 @@ def test_streaming_on_three_nodes_survives_a_leader_killed(cluster: ClusterHandl
               if "has not turned its loop" in line]
     print("\n".join(["", *wedged]))  # the watchdog ended a worker: the task was retried from its commit
     quiet = [float(line.split("has not turned its loop for ")[1].split(" s")[0]) for line in wedged]
-    assert all(s < 120 for s in quiet), f"--stall-limit 60s did not reach the jobs: {wedged}"
+    assert all(s < 60 for s in quiet), f"--stall-limit 20s did not reach the jobs: {wedged}"
     print(f"\nnode {killed[0]} (leader of {events_topic}[0]) killed {fault.fired_at - started:.1f} s into the "
           f"streaming run; the run took {took:.1f} s")
