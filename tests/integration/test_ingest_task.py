@@ -223,11 +223,11 @@ def test_an_idle_source_partition_does_not_hold_the_watermark(kafka_config: dict
                              partition=partition)
             producer.flush(10)
 
-    stop = threading.Event()
-    busy_sent = [0]
+    stop, produced = threading.Event(), threading.Event()
+    busy_sent, busy_read = [0], [0]
 
     def keep_busy() -> None:  # partition 0 never goes quiet: event time 1000, 1500, ... every 0.1 s
-        while not stop.is_set():
+        while not produced.is_set():
             event(0, 1000 + 500 * busy_sent[0], "busy")
             busy_sent[0] += 1
             time.sleep(0.1)
@@ -247,10 +247,16 @@ def test_an_idle_source_partition_does_not_hold_the_watermark(kafka_config: dict
         t.start()
     try:
         with ControlReader(kafka_config, out, run_id="r") as reader:
+            def poll() -> list[Any]:
+                items = reader.poll(0.2)
+                busy_read[0] += sum(1 for item in items if isinstance(item, DataRecord)
+                                    and decode_json_payload(item.payload)["key"] == "busy")
+                return items
+
             deadline = time.monotonic() + 30
             while (reader.tracker.emitted_watermark or 0) < 5000:  # without idleness it would stay at 1000
                 assert time.monotonic() < deadline, (reader.tracker.emitted_watermark, reader.tracker.statuses())
-                reader.poll(0.2)
+                poll()
             for s in reader.tracker.statuses():
                 assert s.idle_tasks == {"ingest-r-p1"}
                 holder = s.holding_task
@@ -259,12 +265,20 @@ def test_an_idle_source_partition_does_not_hold_the_watermark(kafka_config: dict
             seen_back = False
             while not seen_back:
                 assert time.monotonic() < deadline, "the record of the re-activated partition never came"
-                for item in reader.poll(0.2):
+                for item in poll():
                     if isinstance(item, DataRecord) and decode_json_payload(item.payload)["key"] == "back":
                         seen_back = True
                         assert reader.tracker.status(item.partition).idle_tasks == set()  # came back before it
                         assert item.upstream_task == "ingest-r-p1"
+            # The tasks stop once task 0 has written every record of partition 0: its count is then exact.
+            produced.set()
+            threads[0].join(30)
+            deadline = time.monotonic() + 30
+            while busy_read[0] < busy_sent[0]:
+                assert time.monotonic() < deadline, (busy_read[0], busy_sent[0])
+                poll()
     finally:
+        produced.set()
         stop.set()
         for t in threads:
             t.join(30)
