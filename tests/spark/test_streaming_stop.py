@@ -73,11 +73,11 @@ def test_sigterm_to_the_pipeline_then_restart(spark: SparkSession, kafka_config:
     source = new_topic(4, prefix="raw")
     events = generated_source(kafka_config, source, tmp_path, events=EVENTS, keys=40, disorder_ms=5000, seed=33)
     output, run_dir, run_id = tmp_path / "windows.csv", tmp_path / "run", f"stop-{uuid.uuid4().hex[:8]}"
-    # paced (about 20 s of input once running), so the stop comes mid-run
-    command = pipeline_command(source, bootstrap_servers, output, run_id, run_dir, "--until-source-end",
-                               "--max-rate", "100")
+    # paced (about 20 s of input once running), so the stop comes mid-run; the restart reads the rest unpaced
+    command = pipeline_command(source, bootstrap_servers, output, run_id, run_dir, "--until-source-end")
+    paced = [*command, "--max-rate", "100"]
     events_topic, windows_topic = topic_names(run_id)
-    proc = Job("pipeline", command, tmp_path / "first.err")  # its own session, as from a terminal
+    proc = Job("pipeline", paced, tmp_path / "first.err")  # its own session, as from a terminal
     proc.start()
     try:
         wait_for_records(kafka_config, windows_topic, run_id, 20)  # window results flow, before the end
