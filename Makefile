@@ -11,6 +11,7 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(INSTALL) -e '.[dev]'
+	cp tests/pyspark_from_package.pth "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/"
 	touch $@
 
 setup: $(VENV)/.installed
