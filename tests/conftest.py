@@ -84,22 +84,29 @@ MAX_ATTEMPTS = 3
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def spark(request: pytest.FixtureRequest) -> Iterator[SparkSession]:
     """One local SparkSession for the whole run (starting a JVM takes seconds), made when a test first asks.
 
     ``local[2,3]``: two cores, and up to three attempts per task, so the retry tests can fail a first attempt; a
-    reader that times out is also tried three times (kept short in the tests)."""
+    reader that times out is also tried three times (kept short in the tests). Its ``spark.jars`` are the jar
+    sets that the ``spark42(...)`` markers of the selected tests name (``tests/spark/spark42_jars.py``),
+    fetched once into the cache; none in the main suite, which deselects those tests."""
     from controlmsg.spark import spark_session
 
-    session = spark_session(
-        MASTER,
-        app_name="controlmsg-tests",
-        conf={
-            "spark.sql.shuffle.partitions": "4",
-            "spark.default.parallelism": "2",
-            "spark.sql.execution.arrow.maxRecordsPerBatch": "1000",
-        },
-    )
+    conf = {
+        "spark.sql.shuffle.partitions": "4",
+        "spark.default.parallelism": "2",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "1000",
+    }
+    wanted = sorted({name for item in request.session.items for mark in item.iter_markers("spark42")
+                     for name in mark.args})
+    if wanted:
+        from tests.spark.spark42_jars import SETS, spark_jars
+
+        unknown = [name for name in wanted if name not in SETS]
+        assert not unknown, f"spark42 markers name unknown jar sets {unknown}: expected some of {sorted(SETS)}"
+        conf["spark.jars"] = spark_jars(*(SETS[name] for name in wanted))
+    session = spark_session(MASTER, app_name="controlmsg-tests", conf=conf)
     session.sparkContext.setLogLevel("ERROR")
     try:
         yield session
