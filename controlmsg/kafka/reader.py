@@ -39,7 +39,7 @@ from controlmsg.kafka.deadletter import (
 from controlmsg.kafka.fetching import EOF_FETCH_WAIT_MS, consume_ready
 from controlmsg.kafka.refusals import check_client
 from controlmsg.kafka.retry import ConsumerErrors
-from controlmsg.kafka.settings import for_client
+from controlmsg.kafka.settings import flag, for_client
 from controlmsg.kafka.writer import HEADER_RUN
 
 __all__ = [
@@ -164,7 +164,7 @@ class ControlReader:
             "auto.offset.reset": "earliest",
             # librdkafka's default (1 s) stalls fetching whenever its local queue fills (docs/PERFORMANCE.md).
             "fetch.queue.backoff.ms": 10,
-            **({"fetch.wait.max.ms": EOF_FETCH_WAIT_MS} if config.get("enable.partition.eof") else {}),
+            **({"fetch.wait.max.ms": EOF_FETCH_WAIT_MS} if flag(config, "enable.partition.eof") else {}),
             **for_client(config, "consumer"),
         }
         self._consumer = Consumer(conf)

@@ -62,6 +62,7 @@ __all__ = [
     "check_settings",
     "client_config",
     "client_config_from_args",
+    "flag",
     "for_client",
     "normalise",
     "parse_settings",
@@ -222,6 +223,22 @@ def for_client(config: Mapping[str, Any], kind: Literal["producer", "consumer", 
         given = given.chained
     conf["error_cb"] = ConnectionWatch(conf, given, unreachable=kind == "admin")
     return conf
+
+
+def flag(config: Mapping[str, Any], name: str) -> bool:
+    """The boolean setting ``name`` of ``config`` as librdkafka reads it: ``True``/``False``, or a string
+    ``true``/``t``/``1`` or ``false``/``f``/``0`` (any case); absent is false. So the string ``"false"`` (from a
+    properties file or ``-X``) is false, where a plain truth test would take it for true. Raises ConfigError
+    for any other value, naming the setting."""
+    value = config.get(name, False)
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "t", "1"):
+        return True
+    if text in ("false", "f", "0"):
+        return False
+    raise ConfigError(f"{name}={value!r}: expected true or false")
 
 
 def parse_settings(pairs: Sequence[str]) -> dict[str, str]:

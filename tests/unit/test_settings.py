@@ -244,3 +244,20 @@ def test_repeated_client_log_lines_pass_once_per_interval_with_a_count() -> None
     last = line(99)
     assert repeat.filter(last)
     assert last.getMessage().endswith("(49 like it in the last 0 s)")
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (True, True), (False, False), ("true", True), ("TRUE", True), ("t", True), ("1", True), (1, True),
+    ("false", False), ("False", False), ("f", False), ("0", False), (0, False), (" false ", False)])
+def test_a_boolean_setting_is_read_as_librdkafka_reads_it(value: Any, expected: bool) -> None:
+    from controlmsg.kafka.settings import flag
+
+    assert flag({"enable.partition.eof": value}, "enable.partition.eof") is expected
+
+
+def test_an_absent_boolean_setting_is_false_and_a_bad_one_is_named() -> None:
+    from controlmsg.kafka.settings import flag
+
+    assert flag({}, "enable.partition.eof") is False
+    with pytest.raises(ConfigError, match=r"enable.partition.eof='yes please': expected true or false"):
+        flag({"enable.partition.eof": "yes please"}, "enable.partition.eof")
