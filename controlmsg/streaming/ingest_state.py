@@ -150,6 +150,11 @@ class IngestState:
              "generation": generation}).decode()
 
 
+_ROUNDING = 1e-9
+"""Credit this close below a whole record counts as the record: a refill exactly one record's time after the
+last one earns 0.999999999999998 of it in floating point, and would ask for a sleep of 2e-15 s."""
+
+
 class TokenBucket:
     """``max_rate``: at most ``rate`` records a second, a bucket holding at most 0.1 s of them (at least
     one). Time is passed in."""
@@ -164,11 +169,12 @@ class TokenBucket:
         read (then refill again), or ``None``: :meth:`batch` records may be read now."""
         self.credit = min(max(1.0, self.rate / 10), self.credit + (now - self.credited_at) * self.rate)
         self.credited_at = now
-        return (1 - self.credit) / self.rate if self.credit < 1 else None
+        return (1 - self.credit) / self.rate if self.credit < 1 - _ROUNDING else None
 
     def batch(self, limit: int) -> int:
-        """How many records to ask for at most: ``limit``, or fewer when the credit holds fewer."""
-        return min(limit, int(self.credit))
+        """How many records to ask for at most: ``limit``, or fewer when the credit holds fewer (at least one
+        after :meth:`refill` returned ``None``)."""
+        return min(limit, int(self.credit + _ROUNDING))
 
     def take(self, count: int) -> None:
         """``count`` records were read."""
