@@ -53,11 +53,15 @@ from controlmsg.kafka.periodic_log import Progress
 from controlmsg.kafka.retry import ConsumerErrors, retrying
 from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import ControlWriter
-from controlmsg.streaming.ingest_state import IngestState, TokenBucket, ended_partitions
+from controlmsg.streaming.ingest_state import IngestState, PartitionTurns, TokenBucket, ended_partitions
 
 __all__ = ["IngestSummary", "committed_source_state", "parse_event_time", "plan_generation", "run_ingest_task",
            "source_group"]
 
+READ_AHEAD: Final = 20_000
+"""How many source records a task reads ahead of what it writes, to hand its partitions' records out in turns
+(:class:`~controlmsg.streaming.ingest_state.PartitionTurns`): a full fetch of about 1 MB from each of four
+partitions of 200-byte records."""
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _DIGITS: Final = re.compile(r"^-?\d+$")
 
@@ -245,6 +249,7 @@ class _IngestLoop:
         state.last_seen = dict.fromkeys(state.positions, time.monotonic())
         next_commit = time.monotonic() + watermark_interval_s
         bucket = TokenBucket(max_rate, time.monotonic()) if max_rate is not None else None
+        turns: PartitionTurns[Any] = PartitionTurns(READ_AHEAD)
         lines = Progress(f"stream_ingest task {task_index}")
         errors = ConsumerErrors()
         while True:
@@ -260,8 +265,7 @@ class _IngestLoop:
                     time.sleep(pause)
                     continue
                 batch = bucket.batch(batch)
-            wait = max(0.0, min(0.1, next_commit - time.monotonic()))  # never past the next watermark
-            msgs = [] if stopping else cast(list[Any], self.consumer.consume(batch, wait))
+            msgs = [] if stopping else self._read(turns, batch, next_commit)
             if bucket is not None:
                 bucket.take(len(msgs))
             now = time.monotonic()
@@ -273,6 +277,19 @@ class _IngestLoop:
                     self.writer.close()
                     return IngestSummary(state.records, state.rejected, state.last_mark, state.ended, state.commits,
                                          state.idle_periods, time.time() if state.ended else None, self.generation)
+
+    def _read(self, turns: PartitionTurns[Any], count: int, next_commit: float) -> list[Any]:
+        """Up to ``count`` records, an equal share from each source partition that has any
+        (:class:`PartitionTurns`), after the consumer's errors and events; tops the queue up first, waiting
+        for records only while it is empty, and never past ``next_commit``."""
+        room = turns.room()
+        if room == 0:
+            return turns.take(count)
+        wait = 0.0 if turns.size else max(0.0, min(0.1, next_commit - time.monotonic()))
+        read = cast(list[Any], self.consumer.consume(min(1000, room), wait))
+        events = [msg for msg in read if msg.error() is not None]
+        turns.add((msg.partition(), msg) for msg in read if msg.error() is None)
+        return [*events, *turns.take(count)]
 
     def _write(self, msgs: list[Any], now: float, errors: ConsumerErrors) -> None:
         """Each record of ``msgs`` (read at ``now``) to the output topic, or to the rejects topic with the

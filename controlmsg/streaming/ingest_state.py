@@ -14,9 +14,10 @@ paces the reading (``max_rate``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 import orjson
 
@@ -24,7 +25,8 @@ from controlmsg.core.messages import MIN_TIMESTAMP
 from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import CheckpointError
 
-__all__ = ["CommittedOffset", "IngestState", "TokenBucket", "all_quiet", "ended_partitions", "task_progress"]
+__all__ = ["CommittedOffset", "IngestState", "PartitionTurns", "TokenBucket", "all_quiet", "ended_partitions",
+           "task_progress"]
 
 
 class CommittedOffset(Protocol):
@@ -179,6 +181,70 @@ class TokenBucket:
     def take(self, count: int) -> None:
         """``count`` records were read."""
         self.credit -= count
+
+
+T = TypeVar("T")
+
+
+class PartitionTurns(Generic[T]):
+    """Records read from several partitions, handed out in turns, so that a task's partitions advance together.
+
+    librdkafka hands a consumer its records in the order the broker's fetch responses carry them: a whole
+    record batch (up to ``max.partition.fetch.bytes``, 1 MB) of one partition, then one of the next. A
+    backlog written in large batches therefore comes one partition at a time, and the task's watermark
+    (the minimum over its partitions, :func:`task_progress`) stays where the partitions not yet reached are
+    until the others are read to their end: windows close late, and the window state holds the backlog. A
+    paced task (``max_rate``) reads such a backlog one partition for minutes. Here the records read are
+    queued per partition and :meth:`take` hands them out in turns, an equal share from each partition that
+    has any, in each partition's order. Nothing is dropped: what is not taken stays queued, and the offsets
+    a task commits are those of the records it took (:attr:`IngestState.positions`), so the queued ones are
+    read again after a restart.
+
+    ``limit`` bounds what is queued: :meth:`room` is 0 once it holds that many, and the caller reads no more
+    until records were taken; a backlog whose first partition alone holds more than ``limit`` records is
+    then handed out in librdkafka's order. Pure: no I/O."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, not {limit}")
+        self.limit = limit
+        self.size = 0
+        self._queues: dict[int, deque[T]] = {}
+        self._turns: deque[int] = deque()  # the partitions that hold records, next turn first
+
+    def add(self, records: Iterable[tuple[int, T]]) -> None:
+        """Queue ``(partition, record)`` pairs, each partition's in the order given."""
+        for partition, record in records:
+            queue = self._queues.get(partition)
+            if queue is None:
+                queue = self._queues[partition] = deque()
+            if not queue:
+                self._turns.append(partition)
+            queue.append(record)
+            self.size += 1
+
+    def room(self) -> int:
+        """How many more records may be queued now."""
+        return max(0, self.limit - self.size)
+
+    def take(self, count: int) -> list[T]:
+        """Up to ``count`` records, in rounds: in each, every partition that holds records gives an equal share
+        of what is still asked for (at least one), starting with the one whose turn is next; a partition left
+        with records takes its next turn after the others."""
+        out: list[T] = []
+        while len(out) < count and self._turns:
+            share = max(1, (count - len(out)) // len(self._turns))  # one round: a turn for each partition
+            for _ in range(len(self._turns)):
+                if len(out) == count:
+                    break
+                partition = self._turns.popleft()
+                queue = self._queues[partition]
+                for _ in range(min(share, len(queue), count - len(out))):
+                    out.append(queue.popleft())
+                if queue:
+                    self._turns.append(partition)
+        self.size -= len(out)
+        return out
 
 
 def task_progress(positions: Mapping[int, int], max_event: Mapping[int, int],

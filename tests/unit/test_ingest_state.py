@@ -1,17 +1,20 @@
 """The streaming ingest task's pure state (controlmsg.streaming.ingest_state): the pacing of ``max_rate``
-(TokenBucket), what a commit stores and a start restores, and the watermark a commit writes. The expected
-values are worked out here from the documented contracts, not taken from the code."""
+(TokenBucket), the partitions' records handed out in turns (PartitionTurns), what a commit stores and a start
+restores, and the watermark a commit writes. The expected values are worked out here from the documented
+contracts, not taken from the code."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from controlmsg.core.messages import MIN_TIMESTAMP
 from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import CheckpointError
-from controlmsg.streaming.ingest_state import IngestState, TokenBucket
+from controlmsg.streaming.ingest_state import IngestState, PartitionTurns, TokenBucket
 
 
 @dataclass
@@ -154,3 +157,57 @@ def test_quiet_partitions_are_those_silent_for_the_timeout() -> None:
     state = IngestState(positions={0: 3, 2: 3}, last_seen={0: 10.0, 2: 14.0})
     assert state.quiet(now=20.0, idle_timeout_s=6.0) == [0, 2]
     assert state.quiet(now=19.0, idle_timeout_s=6.0) == [0]
+
+
+# ------------------------------------------------------------------------------------ partitions in turns
+
+
+def test_a_backlog_read_one_partition_after_another_comes_out_in_turns() -> None:
+    turns: PartitionTurns[str] = PartitionTurns(limit=100)
+    # as librdkafka hands over a backlog written in large batches: all of partition 3, then all of 1
+    turns.add([(3, f"p3-{i}") for i in range(6)] + [(1, f"p1-{i}") for i in range(6)])
+    assert turns.take(4) == ["p3-0", "p3-1", "p1-0", "p1-1"]
+    assert turns.take(3) == ["p3-2", "p1-2", "p3-3"]  # a share of one each, then the next turn again
+    turns.add([(0, "p0-0")])
+    assert turns.take(3) == ["p1-3", "p3-4", "p0-0"]  # the new partition after those in turn
+    assert turns.take(10) == ["p1-4", "p1-5", "p3-5"]
+    assert turns.size == 0 and turns.take(5) == []
+
+
+def test_the_queue_has_room_for_limit_records() -> None:
+    turns: PartitionTurns[int] = PartitionTurns(limit=5)
+    assert turns.room() == 5
+    turns.add((0, i) for i in range(7))  # a read may overshoot by what it asked for; room is then 0
+    assert turns.size == 7 and turns.room() == 0
+    assert turns.take(3) == [0, 1, 2] and turns.room() == 1
+    with pytest.raises(ValueError, match="at least 1"):
+        PartitionTurns(limit=0)
+
+
+@given(st.lists(st.lists(st.integers(0, 4), max_size=30), max_size=8), st.lists(st.integers(1, 9), min_size=1))
+def test_records_come_out_each_partitions_in_order_none_lost_and_in_equal_shares(
+        reads: list[list[int]], takes: list[int]) -> None:
+    """Whatever the reads (lists of partitions, each record numbered in its partition) and the takes: every
+    record comes out once, each partition's in its order, and a take of at least as many records as there
+    are partitions holding records gives each of them at least one."""
+    turns: PartitionTurns[tuple[int, int]] = PartitionTurns(limit=1000)
+    read_so_far: dict[int, int] = {}
+    out: list[tuple[int, int]] = []
+    for i, read in enumerate(reads):
+        records = []
+        for p in read:
+            records.append((p, (p, read_so_far.get(p, 0))))
+            read_so_far[p] = read_so_far.get(p, 0) + 1
+        turns.add(records)
+        holding = {p for p, _ in records} | {p for p, n in read_so_far.items()
+                                             if n > sum(1 for q, _ in out if q == p)}
+        count = takes[i % len(takes)]
+        taken = turns.take(count)
+        assert len(taken) == min(count, sum(read_so_far.values()) - len(out))
+        if count >= len(holding):
+            assert {p for p, _ in taken} == holding
+        out += taken
+    out += turns.take(10_000)
+    assert turns.size == 0
+    for p, n in read_so_far.items():
+        assert [seq for q, seq in out if q == p] == list(range(n))
