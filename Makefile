@@ -32,7 +32,7 @@ demo-protocol: setup  ## the protocol alone: 3 upstream tasks -> 4 partitions ->
 	$(VENV)/bin/controlmsg demo
 
 test: setup  ## the whole test suite; starts its own broker unless KAFKA_BOOTSTRAP_SERVERS is set
-	$(PY) -m pytest --durations=25
+	$(PY) -m tests.lanes --durations=25
 
 # with_watermark relies on Spark internals (docs/SPARK.md): its tests also run on the oldest pyspark the project
 # allows. A second venv holds pyspark 4.2.0 alone; every other package is the first venv's (a .pth adds its

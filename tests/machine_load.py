@@ -6,11 +6,14 @@ either busy (its JVMs and Python workers use the cores: cut work, start fewer pr
 every process of the machine, containers and daemons included) when each test's setup starts and when its
 teardown ends, and prints after pytest's durations the slowest tests with the share of the machine's cores
 that was busy meanwhile, and the same share over the whole session. Where ``/proc/stat`` is missing (not
-Linux) it prints nothing.
+Linux) it prints nothing. With ``CONTROLMSG_MACHINE_LOAD_TSV=<file>`` it also writes every test's row
+there (seconds, busy share, test id; tab-separated), to choose the tests that mostly wait
+(``tests/lanes.py``).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -69,6 +72,11 @@ class MachineLoad:
         for nodeid, (seconds, busy) in (row for row in slowest if row[1][0] >= 1.0):
             write(f"{seconds:8.1f}s  {busy:4.0%} busy  {nodeid}")
         session_s = time.monotonic() - self._session_t
+        table = os.environ.get("CONTROLMSG_MACHINE_LOAD_TSV")
+        if table:
+            with open(table, "a", encoding="utf-8") as out:
+                out.writelines(f"{seconds:.2f}\t{busy:.3f}\t{nodeid}\n"
+                               for nodeid, (seconds, busy) in self.rows.items())
         write(f"the session: {session_s:.0f} s, the machine's cores {_busy(self._session, cpu):.0%} busy")
 
 
