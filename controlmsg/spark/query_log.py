@@ -34,7 +34,7 @@ from urllib.parse import unquote, urlparse
 from controlmsg.errors import CheckpointError, WatermarkNotFollowed
 
 __all__ = ["END_OF_TIME_MS", "WATERMARK_ROWS_KEY", "StageProgress", "check_offset_log_follows",
-           "check_watermark_follows", "offset_ended", "offset_log_dir", "offset_reconciled", "query_id",
+           "check_watermark_follows", "offset_ended", "offset_entry", "offset_log_dir", "offset_reconciled", "query_id",
            "sources_reconciled", "stage_progress"]
 
 END_OF_TIME_MS: Final = 253_402_300_799_999
@@ -117,20 +117,28 @@ def stage_progress(root: Path, batch_id: int, topic: str) -> StageProgress:
     except OSError as exc:
         raise CheckpointError(f"{where} cannot be read ({exc.strerror or exc}); Spark writes it before the "
                               f"micro-batch runs, so the checkpoint is not where the writer looks, {_WEAKER}") from exc
+    watermark, sources = offset_entry(lines, where, _WEAKER)
+    return StageProgress(watermark, bool(sources) and all(offset_ended(offset) for offset in sources),
+                         (root / "state").is_dir(), sources_reconciled(sources))
+
+
+def offset_entry(lines: list[str], where: str, otherwise: str) -> tuple[int, list[str]]:
+    """An offset log entry's lines (see the module docstring) as Spark's watermark in force in the micro-batch
+    (ms; 0: none) and each source's offset (its JSON text, ``-`` for none). Raises
+    :class:`~controlmsg.errors.CheckpointError`, ``where`` then the reason then ``otherwise`` (what to do
+    instead), for an entry of a version this reader does not know or without the metadata line."""
     if not lines or lines[0] not in _VERSIONS:
-        raise CheckpointError(f"{where} is of version {lines[0] if lines else '(empty)'!r}, this writer reads "
+        raise CheckpointError(f"{where} is of version {lines[0] if lines else '(empty)'!r}, this reader reads "
                               f"{' and '.join(_VERSIONS)} (spark.sql.streaming.offsetLog.formatVersion 1 or 2), "
-                              f"{_WEAKER}")
+                              f"{otherwise}")
     try:
         metadata = json.loads(lines[1]) if len(lines) > 1 else None
         watermark = int(metadata.get("batchWatermarkMs", 0)) if isinstance(metadata, dict) else None
     except (ValueError, TypeError):
         watermark = None
     if watermark is None:
-        raise CheckpointError(f"{where} has no metadata line with batchWatermarkMs, {_WEAKER}")
-    sources = [_offset(line, lines[0]) for line in lines[2:]]
-    return StageProgress(watermark, bool(sources) and all(offset_ended(offset) for offset in sources),
-                         (root / "state").is_dir(), sources_reconciled(sources))
+        raise CheckpointError(f"{where} has no metadata line with batchWatermarkMs, {otherwise}")
+    return watermark, [_offset(line, lines[0]) for line in lines[2:]]
 
 
 def sources_reconciled(offsets: list[str]) -> int | None:

@@ -33,10 +33,16 @@ once, and the watermark never goes back, whatever the process that writes it: a 
 ``kill -9`` goes on from the last round committed. Skipping micro-batches loses nothing (each round says
 all there is to say up to its micro-batch), so the progress is polled, not every event heard.
 
-One case is left to the user: a driver killed after the last micro-batch committed and before its end of
-stream was written, then started again, finds nothing left to run and so no progress to end on;
-:func:`await_stage` then raises :class:`StageNotEnded`, which says to check the input and call
-:func:`~controlmsg.spark.writing.run_control.end_stream`: what it cannot know, it does not guess.
+**A driver started again after the last micro-batch.** A driver killed after the last micro-batch committed
+and before its round was written, then started again, finds nothing left to run. Spark reports that trigger
+all the same, under the id of the micro-batch it would have run; :func:`round_batch` makes it the round of
+the last committed micro-batch, whose facts it carries: the end of stream when the input had ended. A
+follower that gets no progress at all reads the same from the query's checkpoint
+(:func:`checkpoint_progress`: the commit log's last entry and the offset log's entry of it, through the
+session's own Hadoop file systems, so on any storage the query can checkpoint to). Only a Spark Connect
+client that gets neither (it has no JVM) has :func:`await_stage` raise :class:`StageNotEnded`, which says to
+check the input and call :func:`~controlmsg.spark.writing.run_control.end_stream`: what it cannot know, it
+does not guess.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -56,14 +62,14 @@ from controlmsg.errors import ControlMsgError
 from controlmsg.kafka.admin import wait_for_topic
 from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
 from controlmsg.spark.options import STAGE_PROGRESS_DRIVER, WriteOptions
-from controlmsg.spark.query_log import END_OF_TIME_MS, StageProgress, offset_ended
+from controlmsg.spark.query_log import END_OF_TIME_MS, StageProgress, offset_ended, offset_entry
 from controlmsg.spark.writing.run_control import FOLLOWED_RUN, run_status, upstream_of
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
-__all__ = ["StageFollower", "StageNotEnded", "await_stage", "claim_stage", "progress_of", "stage_status",
-           "write_stage_round"]
+__all__ = ["StageFollower", "StageNotEnded", "await_stage", "checkpoint_progress", "checkpoint_root", "claim_stage",
+           "progress_of", "round_batch", "stage_status", "write_stage_round"]
 
 _POLL_S: Final = 0.25
 _TXN_LOCKS: dict[str, threading.Lock] = {}
@@ -81,6 +87,18 @@ def _one_at_a_time(transactional_id: str) -> threading.Lock:
 class StageNotEnded(ControlMsgError):
     """The query terminated without a micro-batch after which its input had ended, so :func:`await_stage`
     wrote no end of stream."""
+
+
+def round_batch(progress: Mapping[str, Any]) -> int:
+    """The micro-batch whose facts a ``StreamingQueryProgress`` reports: its ``batchId``, or, for a trigger
+    that ran no micro-batch, the one before it. Spark reports such a trigger too (a query started again with
+    nothing new, a stream waiting for data: at once, then every ``noDataProgressEventInterval``), under the
+    id of the micro-batch it would have run, without ``addBatch`` in its ``durationMs``; its sources' offsets
+    are those of the last committed micro-batch. Written under its own id, its round would make the real
+    micro-batch of that id look written, and that micro-batch's round (its end of stream) would be skipped.
+    -1: nothing committed yet."""
+    batch = int(progress["batchId"])
+    return batch if "addBatch" in (progress.get("durationMs") or {}) else batch - 1
 
 
 def progress_of(progress: Mapping[str, Any]) -> StageProgress:
@@ -121,16 +139,20 @@ def claim_stage(options: WriteOptions | Mapping[str, str], query_run: str) -> No
 
 
 def write_stage_round(options: WriteOptions | Mapping[str, str], progress: Mapping[str, Any]) -> dict[str, Any]:
-    """Write the stage round of the micro-batch ``progress`` reports, unless a round of it or of a later one
-    is in (then nothing). Returns the stage marker committed now or found. Raises
-    :class:`~controlmsg.errors.ControlMsgError` when the query's sink was not started with ``stageProgress
-    driver`` on this run, and :class:`~controlmsg.errors.DeliveryError` when Kafka refuses."""
+    """Write the stage round of the micro-batch ``progress`` reports (:func:`round_batch`), unless a round of it
+    or of a later one is in (then nothing). Returns the stage marker committed now or found. Raises
+    :class:`~controlmsg.errors.ControlMsgError` for a progress from before the first committed micro-batch, and
+    when the query's sink was not started with ``stageProgress driver`` on this run;
+    :class:`~controlmsg.errors.DeliveryError` when Kafka refuses."""
     opts = options if isinstance(options, WriteOptions) else WriteOptions.parse(options)
     if opts.stage_progress != STAGE_PROGRESS_DRIVER:
         raise ControlMsgError(f"topic {opts.topic!r} run {opts.run_id!r}: await_stage follows a query whose "
                               f"writeStream.format('controlmsg') has option stageProgress {STAGE_PROGRESS_DRIVER}; "
                               "give the query's own options")
-    batch = int(progress["batchId"])
+    batch = round_batch(progress)
+    if batch < 0:
+        raise ControlMsgError(f"topic {opts.topic!r} run {opts.run_id!r}: query {progress.get('id')} has committed "
+                              "no micro-batch yet, so there is no stage round to write")
     facts = progress_of(progress)
     config = dict(opts.config)
     partitions = wait_for_topic(config, opts.topic, opts.timeout)
@@ -170,6 +192,69 @@ def write_stage_round(options: WriteOptions | Mapping[str, str], progress: Mappi
     return found[-1]
 
 
+def checkpoint_root(query: StreamingQuery) -> tuple[Any, str] | None:
+    """The query's session in the driver's JVM and its checkpoint location as Spark resolved it, for
+    :func:`checkpoint_progress`; ``None`` on a Spark Connect client (no JVM)."""
+    jsq = getattr(query, "_jsq", None)
+    if jsq is None or not hasattr(jsq, "streamingQuery"):
+        return None
+    execution = jsq.streamingQuery()
+    return execution.sparkSession(), str(execution.resolvedCheckpointRoot())
+
+
+def checkpoint_progress(jsession: Any, root: str, query_id: str) -> dict[str, Any] | None:
+    """The last micro-batch that the checkpoint at ``root`` holds as committed, as the ``StreamingQueryProgress``
+    of a trigger right after it that ran nothing (what :func:`write_stage_round` reads: ``id``, ``batchId``
+    and ``durationMs`` for :func:`round_batch`, ``eventTime.watermark`` in force in that micro-batch, each
+    source's ``endOffset``, ``stateOperators`` when the query keeps state), read from
+    Spark's commit log and offset log (:mod:`controlmsg.spark.query_log`) through the Hadoop file systems of
+    ``jsession`` (the query's session in the driver's JVM): any storage the query can write its checkpoint
+    to. ``None`` when no micro-batch was committed. Raises :class:`~controlmsg.errors.CheckpointError` naming
+    the entry when it cannot be read or is of an offset log version this reader does not know."""
+    from pyspark import SparkContext
+
+    jvm = SparkContext._jvm
+    if jvm is None:  # no classic JVM in this process
+        return None
+    hadoop_path = jvm.org.apache.hadoop.fs.Path
+    base = hadoop_path(root)
+    # A file system of its own, not the JVM's cached one for the scheme: what the session's configuration says
+    # now (a viewfs mount table, credentials) is what is read through.
+    fs = jvm.org.apache.hadoop.fs.FileSystem.newInstance(base.toUri(), jsession.sessionState().newHadoopConf())
+    try:
+        return _last_committed(jvm, fs, base, query_id)
+    finally:
+        fs.close()
+
+
+def _last_committed(jvm: Any, fs: Any, base: Any, query_id: str) -> dict[str, Any] | None:
+    from controlmsg.errors import CheckpointError
+
+    hadoop_path = jvm.org.apache.hadoop.fs.Path
+    commits = hadoop_path(base, "commits")
+    if not fs.exists(commits):
+        return None
+    done = [int(name) for name in (str(st.getPath().getName()) for st in fs.listStatus(commits)) if name.isdigit()]
+    if not done:
+        return None
+    batch = max(done)
+    entry = hadoop_path(hadoop_path(base, "offsets"), str(batch))
+    where = f"the offset log entry {str(entry.toString())!r} of the last committed micro-batch"
+    try:
+        stream = fs.open(entry)
+        try:
+            text = str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+    except Exception as exc:  # py4j's error of the JVM's IOException
+        raise CheckpointError(f"{where} cannot be read: {str(exc).splitlines()[0] if str(exc) else exc!r}") from exc
+    watermark, sources = offset_entry(text.splitlines(), where, "so the stage's last round cannot be written from it")
+    # as Spark reports a trigger that runs nothing after that micro-batch (round_batch: the same facts)
+    return {"id": query_id, "batchId": batch + 1, "durationMs": {}, "eventTime": {"watermark": _iso_ms(watermark)},
+            "sources": [{"endOffset": source} for source in sources],
+            "stateOperators": [{"fromCheckpoint": True}] if fs.exists(hadoop_path(base, "state")) else []}
+
+
 class StageFollower:
     """Writes the stage rounds of one query (see the module docstring), a step at a time, for a driver program
     that waits on several queries at once; :func:`await_stage` is the one-query loop over it. ``options``:
@@ -193,23 +278,30 @@ class StageFollower:
         """Write the round of the query's latest micro-batch if it is new; returns whether the stream has
         ended. Never blocks beyond the round's transaction. Raises what :func:`write_stage_round` raises."""
         progress = self.query.lastProgress
-        if not self.ended and progress is not None and int(progress["batchId"]) > self.written:
-            self.written = int(progress["batchId"])
+        if not self.ended and progress is not None and round_batch(progress) > self.written:
+            self.written = round_batch(progress)
             self.ended = bool(write_stage_round(self.opts, progress).get("ended"))
         return self.ended
 
     def finish(self) -> bool:
-        """After the query has terminated: the round of its last micro-batch, then whether the stream has
-        ended. Raises :class:`StageNotEnded` when the query ran no micro-batch and the stream has not ended:
-        then nothing says whether its input ended (see the module docstring)."""
+        """After the query has terminated: the round of its last micro-batch (when this run of the query ran
+        none, of the last one its checkpoint holds as committed: :func:`checkpoint_progress`), then whether the
+        stream has ended. Raises :class:`StageNotEnded` when no micro-batch is known and the stream has not
+        ended: then nothing says whether its input ended (see the module docstring)."""
         self.step()
         if not self.ended:
             self.ended = bool((stage_status(self.opts) or {}).get("ended"))
+        if not self.ended and self.written < 0:  # no micro-batch ran: the checkpoint's last committed one
+            found = checkpoint_root(self.query)
+            progress = None if found is None else checkpoint_progress(*found, str(self.query.id))
+            if progress is not None:
+                self.written = round_batch(progress)
+                self.ended = bool(write_stage_round(self.opts, progress).get("ended"))
         if not self.ended and self.written < 0:
             raise StageNotEnded(
                 f"topic {self.opts.topic!r} run {self.opts.run_id!r}: query {self.query.id} terminated without "
-                "running a micro-batch, so nothing says whether its input has ended (a driver killed after its "
-                "last micro-batch and started again has nothing left to run); if it has, end the stream with "
+                "running a micro-batch, and its checkpoint cannot be read here (a Spark Connect client) or holds "
+                "none committed, so nothing says whether its input has ended; if it has, end the stream with "
                 "controlmsg.spark.end_stream(options)")
         return self.ended
 
@@ -231,7 +323,14 @@ def await_stage(query: StreamingQuery, options: Mapping[str, str], *, timeout: f
         if deadline is not None and time.monotonic() >= deadline:
             return False
         time.sleep(_POLL_S)
-    query.awaitTermination()  # raises the query's exception, if any
+    try:
+        query.awaitTermination()  # raises the query's exception, if any
+    except Exception as failure:  # the round of the last micro-batch it committed, then its failure
+        try:
+            follower.step()
+        except Exception as lost:
+            failure.add_note(f"controlmsg: the stage round of its last micro-batch was not written: {lost}")
+        raise
     return follower.finish()
 
 
@@ -245,7 +344,17 @@ def _as_text(offset: Any) -> str:
     return offset if isinstance(offset, str) else orjson.dumps(offset).decode()
 
 
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MS: Final = timedelta(milliseconds=1)
+
+
 def _epoch_ms(iso: str) -> int:
-    """Spark's progress timestamps (``2026-01-01T02:30:00.000Z``) in ms since the epoch."""
-    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+    """Spark's progress timestamps (``2026-01-01T02:30:00.000Z``) in ms since the epoch; exact (a float's
+    seconds are not: 9999-12-31T23:59:59.999 came back a millisecond short)."""
+    return (datetime.fromisoformat(iso.replace("Z", "+00:00")) - _EPOCH) // _MS
+
+
+def _iso_ms(ms: int) -> str:
+    """:func:`_epoch_ms`'s inverse, as Spark writes the progress's timestamps."""
+    return (_EPOCH + ms * _MS).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 

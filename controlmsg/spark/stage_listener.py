@@ -19,6 +19,12 @@ in order, and a driver program that ends right after ``awaitTermination()`` wait
 every query it followed has had its last round written, up to :data:`EXIT_WAIT_S`. A round that fails (Kafka
 unreachable) is said on stderr in one line, and the next progress writes a round that says all there is.
 
+A driver started again after the query's last micro-batch (killed before that micro-batch's round was
+written) runs nothing and gets no progress: the listener then writes the round of the last micro-batch the
+query's checkpoint holds as committed (:func:`~controlmsg.spark.stage.checkpoint_progress`), the end of stream
+when its input had ended. Such a query ends at once, so the listener takes hold of it in ``onQueryStarted``,
+which Spark calls on the query's own thread before it runs anything.
+
 Spark Connect: the client has no JVM to read a query's sink options from, so nothing is followed there; the
 sink's first commit then fails the query in one line that names ``await_stage`` (never a silent stage).
 """
@@ -71,6 +77,7 @@ def stop_following(spark: SparkSession) -> None:
     if found is not None:
         spark.streams.removeListener(found)
         delattr(spark, _ATTR)
+        found.close()
 
 
 class StageListener(StreamingQueryListener):
@@ -84,11 +91,30 @@ class StageListener(StreamingQueryListener):
         self._written: dict[str, int] = {}  # query id -> the last micro-batch whose round is in
         self._open: set[str] = set()  # queries seen starting whose start or termination is not handled yet
         self._seen: set[str] = set()  # queries whose sink was looked at
+        self._executions: dict[str, Any] = {}  # query id -> its StreamExecution in the JVM, taken at its start
+        self._roots: dict[str, str] = {}  # query id -> its checkpoint location, for a followed query
         self._lock = threading.Condition()
-        threading.Thread(target=self._run, name="controlmsg-stage-listener", daemon=True).start()
+        self._thread = threading.Thread(target=self._run, name="controlmsg-stage-listener", daemon=True)
+        self._thread.start()
         atexit.register(self.drain, EXIT_WAIT_S)
 
+    def close(self, timeout: float = EXIT_WAIT_S) -> None:
+        """Stop: the events queued before are still written, then the thread ends (waited for up to
+        ``timeout`` seconds), and the ``atexit`` hook goes. For a listener already taken off the session."""
+        atexit.unregister(self.drain)
+        self._events.put(("closed", "", None))
+        self._thread.join(timeout)
+
     def onQueryStarted(self, event: Any) -> None:
+        # Spark calls this on the query's own thread before its first micro-batch, so the query is still in
+        # the session's manager here: a query started again with nothing left to run ends at once, and would
+        # be gone by the time the thread below looks for it.
+        try:
+            found = self._spark._jsparkSession.streams().get(str(event.id))
+            if found is not None:
+                self._executions[str(event.id)] = found.streamingQuery()
+        except Exception:  # the thread looks it up again
+            pass
         with self._lock:
             self._open.add(str(event.id))
         self._events.put(("started", str(event.id), str(event.runId)))
@@ -128,6 +154,8 @@ class StageListener(StreamingQueryListener):
     def _run(self) -> None:
         while True:
             kind, query_id, detail = self._events.get()
+            if kind == "closed":
+                return
             try:
                 self._handle(kind, query_id, detail)
             except Exception as exc:  # one line; the next progress writes a round that says all there is
@@ -141,13 +169,24 @@ class StageListener(StreamingQueryListener):
                         self._lock.notify_all()
 
     def _handle(self, kind: str, query_id: str, detail: Any) -> None:
-        from controlmsg.spark.stage import claim_stage, stage_status, write_stage_round
+        from controlmsg.spark.stage import (
+            checkpoint_progress,
+            claim_stage,
+            round_batch,
+            stage_status,
+            write_stage_round,
+        )
 
         if kind == "started":
             self._seen.add(query_id)
-            opts = self._sink_options(query_id)
+            try:
+                opts = self._sink_options(query_id)
+            finally:
+                execution = self._executions.pop(query_id, None)
             if opts is not None and opts.get("stageProgress", "").lower() == STAGE_PROGRESS_DRIVER:
                 self._followed[query_id] = opts
+                if execution is not None:
+                    self._roots[query_id] = str(execution.resolvedCheckpointRoot())
                 claim_stage(opts, str(detail))
             return
         if kind == "progress" and query_id not in self._seen:  # started before this listener was added
@@ -157,26 +196,33 @@ class StageListener(StreamingQueryListener):
             return
         if kind == "progress":
             progress = orjson.loads(detail)
-            if int(progress["batchId"]) > self._written.get(query_id, -1):
-                self._written[query_id] = int(progress["batchId"])
+            if round_batch(progress) > self._written.get(query_id, -1):
+                self._written[query_id] = round_batch(progress)
                 write_stage_round(opts, progress)
             return
         self._followed.pop(query_id, None)
+        root = self._roots.pop(query_id, None)
         if detail is None and query_id not in self._written and not (stage_status(opts) or {}).get("ended"):
-            print(f"controlmsg: stage {opts.get('topic')!r}: query {query_id} ended without running a micro-batch, "
-                  "so nothing says whether its input has ended (a driver started again after its last "
-                  "micro-batch); if it has, end the stream with controlmsg.spark.end_stream(options)",
-                  file=sys.stderr)
+            # A driver started again after the last micro-batch: that micro-batch's round, from the checkpoint.
+            progress = None if root is None else checkpoint_progress(self._spark._jsparkSession, root, query_id)
+            if progress is None or not write_stage_round(opts, progress).get("ended"):
+                print(f"controlmsg: stage {opts.get('topic')!r}: query {query_id} ended without running a "
+                      "micro-batch, and its checkpoint holds " + ("none committed" if progress is None else
+                      f"micro-batch {round_batch(progress)}, after which its input had not ended") + ", so its "
+                      "stream has not ended; if its input has, end the stream with "
+                      "controlmsg.spark.end_stream(options)", file=sys.stderr)
         self._written.pop(query_id, None)
 
     def _sink_options(self, query_id: str) -> dict[str, str] | None:
         """The options of the query's ``format("controlmsg")`` sink, read from its plan in the JVM; ``None``
         for another sink, or a query gone before its plan could be read."""
         for _ in range(_PLAN_TRIES):
-            found = self._spark._jsparkSession.streams().get(query_id)
-            if found is None:
-                return None
-            execution = found.streamingQuery()
+            execution = self._executions.get(query_id)
+            if execution is None:
+                found = self._spark._jsparkSession.streams().get(query_id)
+                if found is None:
+                    return None
+                execution = found.streamingQuery()
             sink = execution.sink()
             if not str(sink.getClass().getName()).endswith(_PYTHON_TABLE) or str(sink.name()) != _SINK:
                 return None

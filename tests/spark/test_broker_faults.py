@@ -48,9 +48,9 @@ from spark_jobs.common import topic_names
 from .test_pipeline_oracle import assert_matches_oracle, run_pipeline_in_session, write_events
 from .test_streaming_pipeline import generated_source
 
-# waits: a paused broker, restarts, and a dead node's leadership moving on (35-60% of the machine busy in CI):
-# make test runs them beside the other tests (tests/lanes.py).
-pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.waits]
+# beside: a paused broker, restarts, and a dead node's leadership moving on (35-60% of the machine busy in CI):
+# make test runs them in its second lane (tests/lanes.py).
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.beside]
 
 PAUSE_S = 12.0  # longer than librdkafka's 10 s request timeout: requests time out and are retried (docs/FAULTS.md)
 EVENTS = 15_000

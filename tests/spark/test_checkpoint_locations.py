@@ -25,6 +25,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from controlmsg.kafka import ControlWriter
 from controlmsg.kafka.admin import partition_count
 from controlmsg.spark import WATERMARK_COLUMNS, await_stage, end_stream, run_status
+from controlmsg.spark.stage import checkpoint_progress, claim_stage, progress_of, round_batch, stage_status
 from controlmsg.spark.stage_listener import follow_stages, stop_following
 from tests.spark.helpers import BASE_TS, options
 from tests.spark.test_event_time import (
@@ -221,6 +222,8 @@ def test_stage_progress_driver_without_a_follower_fails_then_resumes_exactly_onc
     out, location = new_topic(2), f"{viewfs}/unfollowed"
     stop_following(spark)
     try:
+        # the listener's thread ended with it (until 2026-11-28 it stayed, with its exit hook)
+        assert not [t for t in threading.enumerate() if t.name == "controlmsg-stage-listener"]
         query = start_stage(spark, bootstrap_servers, ended_input, out, checkpointLocation=location,
                             stageProgress="driver", timeout="5")
         message = refusal(query)
@@ -235,6 +238,53 @@ def test_stage_progress_driver_without_a_follower_fails_then_resumes_exactly_onc
     again = start_stage(spark, bootstrap_servers, ended_input, out, checkpointLocation=location,
                         stageProgress="driver")
     assert await_stage(again, opts, timeout=180) is True
+    wire = dump_topic({"bootstrap.servers": bootstrap_servers}, out)
+    assert sum(1 for r in wire if r.kind == "data") == ROWS
+    assert count_by(wire, "eos") == {(0, "spark-s1-driver"): 1, (1, "spark-s1-driver"): 1}
+
+
+@pytest.mark.parametrize("wait", ["awaitTermination", "await_stage"])
+def test_a_driver_started_again_after_the_last_micro_batch_ends_the_stream_from_the_checkpoint(
+        spark: SparkSession, bootstrap_servers: str, ended_input: str, new_topic: Callable[..., str], viewfs: str,
+        wait: str) -> None:
+    """A driver killed after the stage's last micro-batch committed and before its round was written (here its
+    follower claims the run, as at a start, and writes no round), then started again: nothing is left to run.
+    The stream ends all the same, with the round of the last micro-batch the checkpoint (on viewfs) holds as
+    committed, whether the new driver waits with ``awaitTermination()`` (the session's listener) or with
+    ``await_stage``. Spark reports the restart's trigger that runs nothing under the id of the micro-batch it
+    would have run; until 2026-11-28 the round was written under that id, so a real micro-batch of that id
+    later would have found its round written (its end of stream skipped). ``checkpoint_progress`` reads the
+    same facts from the checkpoint itself, for a driver that gets no progress at all."""
+    out, location = new_topic(2), f"{viewfs}/restarted-{wait}"
+    opts = options(out, bootstrap_servers, run="s1", stageProgress="driver")
+    stop_following(spark)
+    try:
+        first = start_stage(spark, bootstrap_servers, ended_input, out, checkpointLocation=location,
+                            stageProgress="driver")
+        claim_stage(opts, str(first.runId))
+        first.awaitTermination(180)
+        assert first.exception() is None and first.lastProgress is not None
+    finally:
+        follow_stages(spark)
+    last = int(first.lastProgress["batchId"])
+    claimed = stage_status(opts)
+    assert claimed is not None and "batch" not in claimed, claimed  # claimed, and no round
+    assert count_by(dump_topic({"bootstrap.servers": bootstrap_servers}, out), "eos") == {}, "no round written yet"
+    found = checkpoint_progress(spark._jsparkSession, location, str(first.id))
+    assert found is not None and round_batch(found) == last, found
+    facts = progress_of(found)
+    assert facts.inputs_ended and not facts.stateful, facts
+
+    again = start_stage(spark, bootstrap_servers, ended_input, out, checkpointLocation=location,
+                        stageProgress="driver")
+    if wait == "await_stage":
+        assert await_stage(again, opts, timeout=180) is True
+    else:
+        again.awaitTermination(180)
+        assert again.exception() is None
+        wait_for(lambda: (stage_status(opts) or {}).get("ended") is True, 60, "the listener's last round")
+    assert again.lastProgress is not None and "addBatch" not in again.lastProgress["durationMs"], "ran nothing"
+    assert (stage_status(opts) or {}).get("batch") == last, "the round of the last committed micro-batch"
     wire = dump_topic({"bootstrap.servers": bootstrap_servers}, out)
     assert sum(1 for r in wire if r.kind == "data") == ROWS
     assert count_by(wire, "eos") == {(0, "spark-s1-driver"): 1, (1, "spark-s1-driver"): 1}

@@ -21,7 +21,7 @@ from controlmsg.spark import end_stream, run_status
 from tests.spark.helpers import options, read
 from tests.spark.topic_dump import count_by, dump_topic
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.beside]  # make test's second lane (tests/lanes.py)
 
 STREAM_SCHEMA = "task string, i long, t long, _watermark timestamp, _partition int, _offset long"
 

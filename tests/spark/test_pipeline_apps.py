@@ -24,6 +24,8 @@ from .test_pipeline_oracle import SAMPLE, assert_matches_oracle
 from .test_streaming_pipeline import check_late_and_windows, generated_source
 from .topic_dump import dump_topic
 
+pytestmark = pytest.mark.beside  # make test runs this module in its second lane (tests/lanes.py)
+
 OPTS = ["--input", str(SAMPLE), "--key", "user", "--event-time", "event_time", "--window", "1h",
         "--sum", "amount", "--sum", "items", "--null-value", "NA"]
 

@@ -30,6 +30,8 @@ from spark_jobs.generate import GeneratorConfig, generate
 from spark_jobs.runtime import ingest as stream_ingest
 from tests.transactions import held_back
 
+pytestmark = pytest.mark.beside  # make test runs this module in its second lane (tests/lanes.py)
+
 RUN = "fence-4-3"
 EVENTS = 3000
 DEAD_TIMEOUT_MS = 900_000

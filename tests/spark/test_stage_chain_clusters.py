@@ -38,10 +38,12 @@ def test_the_stage_chain_on_a_two_worker_cluster_with_hdfs_and_s3_checkpoints_af
     path = generated_source(kafka_config, source, tmp_path, events=EVENTS, keys=30, disorder_ms=5000, seed=31,
                             late_fraction=0.03, late_by_ms=600_000)
     events = [orjson.loads(line) for line in path.read_bytes().splitlines() if line]
-    # Three applications at once, two cores each: the workers offer three cores each (two physical in all).
-    cluster = start_cluster(tmp_path_factory.mktemp("spark-cluster"), cores=3, memory="2g", workers=2)
-    per_app = spark_conf_args({"spark.cores.max": "2", "spark.executor.cores": "1",
-                               "spark.executor.memory": "512m"})
+    # Three applications at once, one executor of two cores each (an executor JVM is most of an application's
+    # start: two of one core each cost 12 executor starts over the test's six starts of an application): the
+    # workers offer four cores each (two physical in all), so the third application fits beside the others.
+    cluster = start_cluster(tmp_path_factory.mktemp("spark-cluster"), cores=4, memory="2g", workers=2)
+    per_app = spark_conf_args({"spark.cores.max": "2", "spark.executor.cores": "2",
+                               "spark.executor.memory": "768m"})
     # The S3A jars (690 MB) on the class path of the driver and of the executors, which read and write the
     # window stage's state there: as spark.jars, every executor would fetch its own copy from the driver.
     s3a = {key: value for key, value in s3a_conf.items() if key != "spark.jars"}
@@ -65,7 +67,7 @@ def test_the_stage_chain_on_a_two_worker_cluster_with_hdfs_and_s3_checkpoints_af
         stages.kill9("stage_sink")  # its checkpoint on HDFS, its output file too
         stages.start("stage_sink")
         stages.wait(900)
-        # Executors ran on both workers: three applications of two cores on two workers of three cores.
+        # Executors ran on both workers: three applications of one two-core executor on two workers of four cores.
         assert all(list(Path(d).glob("app-*/*/stderr")) for d in cluster.worker_dirs), cluster.worker_dirs
     finally:
         stages.close()

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql import SparkSession
 
 from controlmsg.clusters.job_group import JobGroup
@@ -35,6 +36,8 @@ from .jobs import kill9, wait_all_ok
 from .test_pipeline_oracle import assert_matches_oracle
 from .test_streaming_pipeline import generated_source
 from .topic_dump import dump_topic
+
+pytestmark = pytest.mark.beside  # make test runs this module in its second lane (tests/lanes.py)
 
 EVENTS = 6000
 

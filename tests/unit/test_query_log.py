@@ -5,9 +5,12 @@ tests/spark/test_checkpoint_locations.py; these are the cases Spark does not wri
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from controlmsg.errors import CheckpointError, WatermarkNotFollowed
 from controlmsg.spark.query_log import (
@@ -18,6 +21,7 @@ from controlmsg.spark.query_log import (
     offset_log_dir,
     stage_progress,
 )
+from controlmsg.spark.stage import _epoch_ms, _iso_ms, progress_of
 
 ENDED = json.dumps({"bookkeeping": {"streamEnded": True}})
 GOING = json.dumps({"bookkeeping": {"streamEnded": False}})
@@ -43,7 +47,7 @@ def test_versions_1_and_2(tmp_path: Path, version: str, sources: list[str], ende
 
 def test_another_version_is_refused(tmp_path: Path) -> None:
     entry(tmp_path, 0, "v3", json.dumps({"batchWatermarkMs": 0}), ENDED)
-    with pytest.raises(CheckpointError, match=r"of version 'v3', this writer reads v1 and v2 .*stageProgress"):
+    with pytest.raises(CheckpointError, match=r"of version 'v3', this reader reads v1 and v2 .*stageProgress"):
         stage_progress(tmp_path, 0, "t")
 
 
@@ -104,3 +108,13 @@ def test_sparks_watermark_behind_the_reconciled_one_is_refused_naming_the_spark_
             r"follow with_watermark")) as refused:
         check_watermark_follows(before, now, 5, "t", "9.9.9")
     assert refused.value.spark_version == "9.9.9"
+
+
+@given(st.integers(0, END_OF_TIME_MS))
+def test_progress_timestamps_read_back_exactly_to_the_end_of_time(ms: int) -> None:
+    """Spark's progress says its watermark as an ISO text; read back in whole milliseconds, the end of time
+    included (through a float's seconds it came back 1 ms short, and a stage that had ended did not end)."""
+    text = (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)).isoformat(timespec="milliseconds")
+    assert _epoch_ms(text.replace("+00:00", "Z")) == ms
+    assert _iso_ms(ms) == text.replace("+00:00", "Z")
+    assert progress_of({"eventTime": {"watermark": _iso_ms(ms)}, "sources": []}).watermark == ms
