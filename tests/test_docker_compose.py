@@ -28,6 +28,10 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+# make test runs this module in its second lane (tests/lanes.py): its work is in the containers, which the
+# engine schedules as one group, and its bounds are minutes (PIPELINE_TIMEOUT, the health checks' 120 s).
+pytestmark = pytest.mark.beside
+
 SPARK_SERVICES = ("kafka", "spark-master", "spark-worker")
 
 
