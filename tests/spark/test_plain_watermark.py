@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from controlmsg.spark import WATERMARK_COLUMNS, observed_counts, source_metrics, with_watermark
+from controlmsg.spark import WATERMARK_COLUMNS, observed_counts, run_status, source_metrics, with_watermark
 from tests.spark.helpers import query_failure
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -261,3 +261,31 @@ def test_what_cannot_be_honoured_is_refused_in_one_line(
     with pytest.raises(Exception, match="a batch read reads what is there"):
         (spark.read.format("controlmsg").option("envelope", "none").option("topic", topic)
          .option("kafka.bootstrap.servers", bootstrap_servers).option("maxOutOfOrderness", "1s").load().collect())
+
+
+def test_the_first_hop_of_a_chain_passes_the_watermark_on_and_ends_by_itself(
+        spark: SparkSession, kafka_config: dict[str, Any], bootstrap_servers: str, new_topic: Callable[..., str],
+        tmp_path: Path) -> None:
+    """A bounded plain input (``availableNowEnds``) -> ``with_watermark`` -> hourly counts ->
+    ``writeStream.format("controlmsg")``: the watermark per partition reaches the end of time at the end of the
+    input, so the stateful stage emits its last window and ends its run by itself; the next job reads every
+    window, equal to the oracle (it used to need ``end_stream`` by hand)."""
+    topic, out = new_topic(3), new_topic(2)
+    source = Producing(kafka_config, topic)
+    source.hours(0, 0, 2, also=(1,))
+    source.hours(2, 0, 0)
+    write_opts = {"topic": out, "runId": "first-hop", "kafka.bootstrap.servers": bootstrap_servers, "timeout": "60",
+                  "key": "k", "eventTime": "end"}
+    counts = (with_watermark(read(spark, topic, bootstrap_servers, maxOutOfOrderness="0s", availableNowEnds="true"),
+                             "ts").transform(hourly)
+              .select(F.date_format("window.start", "HH:mm").alias("k"), F.col("window.end").alias("end"), "n"))
+    query = (counts.writeStream.outputMode("append").format("controlmsg").options(**write_opts)
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    assert query.awaitTermination(120), query_failure(query)
+    assert query.exception() is None, query_failure(query)
+    status = run_status(write_opts)
+    assert status is not None and status["ended"], status
+    got = (spark.read.format("controlmsg").options(**{k: v for k, v in write_opts.items() if k != "key"})
+           .schema("k string, end timestamp, n long").load().collect())
+    assert Counter({datetime.fromisoformat(f"2026-01-01T{r['k']}:00"): r["n"] for r in got}) == oracle(source.sent)
+    assert len(got) == 3 and late(query.recentProgress) == 0
