@@ -77,6 +77,7 @@ from controlmsg.errors import ControlMsgError
 from controlmsg.kafka.admin import LatestOffsets
 from controlmsg.spark.batches import batch_builder
 from controlmsg.spark.options import ReadOptions
+from controlmsg.spark.phases import log_phase
 from controlmsg.spark.positions import PartitionRef
 from controlmsg.spark.query_log import WATERMARK_ROWS_KEY
 from controlmsg.spark.read_schema import META_CONTROL, WATERMARK_FIELDS
@@ -312,12 +313,16 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         input ``ended``; ``None`` when the read makes no watermark."""
         if self._rule is None or self._scan is None:
             return None
+        began = time.monotonic()
         state: PartitionWatermarks[PartitionRef] = state_of(start, self._rule) or PartitionWatermarks(self._rule)
         state.track(end, epoch_ms())
-        self._scan.scan({tp: (reading[tp], end[tp]) for tp in end}, state, epoch_ms)
+        records = self._scan.scan({tp: (reading[tp], end[tp]) for tp in end}, state, epoch_ms)
         self._status = state.advance(epoch_ms())
         if ended:
             finished(state)
+        if self.opts.log_phases:
+            log_phase("scan", self.opts.topic, ms=round((time.monotonic() - began) * 1000, 1), records=records,
+                      stop="end", moved=state.watermark != watermark_at(start), settle=False)
         return state
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
