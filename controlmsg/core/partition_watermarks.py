@@ -17,6 +17,10 @@ times of its records, as Flink's Kafka source does (``WatermarkStrategy.forBound
   record again. When every partition is idle the watermark stays where it is.
 * **Never back.** The watermark only rises: a minimum below it (an idle partition that came back behind
   the others) leaves it where it is, and that partition's records below it are late.
+* **Alignment** (optional, Flink's ``withWatermarkAlignment``): a partition whose own watermark runs more
+  than :attr:`WatermarkRule.drift_ms` past the read's is read no further until the read's catches up
+  (:meth:`WatermarkRule.runs_ahead`), so a skewed backfill keeps less state; such a partition still counts as
+  active (it has records waiting), so it never holds the others up by going idle.
 * **The end.** :meth:`PartitionWatermarks.finish` sets it to the caller's end of time: a bounded input has
   ended, every window can close.
 
@@ -40,16 +44,30 @@ K = TypeVar("K", bound=Hashable)
 @dataclass(frozen=True, slots=True)
 class WatermarkRule:
     """How the read's watermark follows its partitions: ``bound_ms`` (>= 0) below each partition's largest
-    event time, partitions idle after ``idle_ms`` (>= 1; ``None``: never). Raises ``ValueError`` otherwise."""
+    event time, partitions idle after ``idle_ms`` (>= 1; ``None``: never), and with ``drift_ms`` (>= 0;
+    ``None``: none) watermark alignment (:meth:`runs_ahead`). Raises ``ValueError`` otherwise."""
 
     bound_ms: int
     idle_ms: int | None = None
+    drift_ms: int | None = None
 
     def __post_init__(self) -> None:
         if type(self.bound_ms) is not int or self.bound_ms < 0:
             raise ValueError(f"bound_ms must be an integer >= 0, got {self.bound_ms!r}")
         if self.idle_ms is not None and (type(self.idle_ms) is not int or self.idle_ms < 1):
             raise ValueError(f"idle_ms must be an integer >= 1 or None, got {self.idle_ms!r}")
+        if self.drift_ms is not None and (type(self.drift_ms) is not int or self.drift_ms < 0):
+            raise ValueError(f"drift_ms must be an integer >= 0 or None, got {self.drift_ms!r}")
+
+    def runs_ahead(self, largest: int | None, watermark: int | None) -> bool:
+        """Watermark alignment (Flink's ``withWatermarkAlignment``): whether a partition whose largest event
+        time is ``largest`` has its own watermark more than ``drift_ms`` past the read's ``watermark``, and is
+        to be read no further until the watermark catches up. Never while either is undefined, nor without
+        ``drift_ms``. The partition that holds the watermark back is never ahead of it, so the read always
+        moves on."""
+        if self.drift_ms is None or largest is None or watermark is None:
+            return False
+        return largest - self.bound_ms > watermark + self.drift_ms
 
 
 @dataclass(slots=True)

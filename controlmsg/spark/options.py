@@ -70,8 +70,10 @@ its watermark per partition, as Flink's Kafka source does (:mod:`controlmsg.spar
 own ``timestamp`` / ``_timestamp``; ``with_watermark`` called right on the read gives its column),
 ``maxOutOfOrderness`` (required: how far behind its partition's largest event time a record may come,
 ``0s``, ``10s``, ``5m``...; the watermark is each partition's largest event time minus it, the minimum over
-the partitions) and ``idleTimeout`` (a partition that gives no record for so long stops holding the
-watermark back until it gives one again; default: never). Refused on an intermediate topic and a batch read.
+the partitions), ``idleTimeout`` (a partition that gives no record for so long stops holding the
+watermark back until it gives one again; default: never) and ``maxWatermarkDrift`` (watermark alignment: a
+partition whose own watermark runs more than this past the read's is read no further until it catches up;
+default: none). Refused on an intermediate topic and a batch read.
 
 ``kafkaConfig`` names a client properties file (Java's format, as Kafka's tools read it) read on the driver,
 under the ``kafka.*`` options: secrets can stay out of the query's options. Settings may be given in the
@@ -134,7 +136,7 @@ OPTION_NAMES: Final = (
     "subscribe", "subscribePattern", "assign", "startingOffsets", "startingTimestamp",
     "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "endingOffsets", "endingTimestamp",
     "endingOffsetsByTimestamp", "failOnDataLoss", "minOffsetsPerTrigger", "maxTriggerDelay",
-    "eventTimeField", "maxOutOfOrderness", "idleTimeout",  # a plain stream's watermark per partition
+    "eventTimeField", "maxOutOfOrderness", "idleTimeout", "maxWatermarkDrift",  # a plain stream's watermark
     "minPartitions", "maxRecordsPerPartition",  # format("kafka")'s, refused with their reason
     # format("kafka")'s that have nothing to do here (docs/SPARK.md): accepted, so its options carry over
     "groupIdPrefix", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "kafkaConsumer.pollTimeoutMs",
@@ -271,7 +273,7 @@ def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
     raise ValueError(f"option {name!r} must be true or false, got {text!r}")
 
 
-_EVENT_TIME_OPTIONS: Final = ("eventTimeField", "maxOutOfOrderness", "idleTimeout")
+_EVENT_TIME_OPTIONS: Final = ("eventTimeField", "maxOutOfOrderness", "idleTimeout", "maxWatermarkDrift")
 
 
 def _duration_ms(opts: Mapping[str, str], name: str, *, allow_zero: bool) -> int | None:
@@ -284,13 +286,13 @@ def _duration_ms(opts: Mapping[str, str], name: str, *, allow_zero: bool) -> int
         raise ValueError(f"option {name!r}: {exc}") from None
 
 
-def _event_time(opts: Mapping[str, str], plain: bool) -> tuple[str | None, int | None, int | None]:
-    """A plain stream's watermark options: ``eventTimeField``, ``maxOutOfOrderness`` (ms) and ``idleTimeout``
-    (ms), checked together: an intermediate topic's watermark comes from its upstream tasks, and a field or
-    an idle timeout without the bound defines no watermark."""
+def _event_time(opts: Mapping[str, str], plain: bool) -> tuple[str | None, int | None, int | None, int | None]:
+    """A plain stream's watermark options: ``eventTimeField``, ``maxOutOfOrderness`` (ms), ``idleTimeout`` (ms)
+    and ``maxWatermarkDrift`` (ms), checked together: an intermediate topic's watermark comes from its upstream
+    tasks, and a field, an idle timeout or a drift without the bound defines no watermark."""
     given = [name for name in _EVENT_TIME_OPTIONS if opts.get(name.lower())]
     if not given:
-        return None, None, None
+        return None, None, None, None
     if not plain:
         raise ValueError(f"option {given[0]!r} makes the watermark of a plain topic (envelope none) from its records' "
                          "event times; an intermediate topic's watermark comes from its upstream tasks")
@@ -298,7 +300,8 @@ def _event_time(opts: Mapping[str, str], plain: bool) -> tuple[str | None, int |
     if bound is None:
         raise ValueError(f"option {given[0]!r} needs the option 'maxOutOfOrderness': how far behind its partition's "
                          "largest event time a record may come ('0s', '10s', '5m'...), the bound of the watermark")
-    return opts.get("eventtimefield") or None, bound, _duration_ms(opts, "idleTimeout", allow_zero=False)
+    return (opts.get("eventtimefield") or None, bound, _duration_ms(opts, "idleTimeout", allow_zero=False),
+            _duration_ms(opts, "maxWatermarkDrift", allow_zero=True))
 
 
 def _stage_progress(opts: Mapping[str, str]) -> str:
@@ -387,6 +390,9 @@ class ReadOptions:
     """Option ``maxOutOfOrderness`` (ms): given, a plain stream makes its watermark per partition."""
     idle_timeout_ms: int | None = None
     """Option ``idleTimeout`` (ms): a partition without records for so long stops holding the watermark back."""
+    max_watermark_drift_ms: int | None = None
+    """Option ``maxWatermarkDrift`` (ms): watermark alignment, a partition whose own watermark runs more than
+    this past the read's is read no further until the read's catches up."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -398,7 +404,7 @@ class ReadOptions:
         mode, dead_letters = _bad_record_mode(opts)
         plain = _envelope(opts)
         subscription = parse_subscription(opts, plain)
-        field_name, bound_ms, idle_ms = _event_time(opts, plain)
+        field_name, bound_ms, idle_ms, drift_ms = _event_time(opts, plain)
         return cls(
             topic=subscription.label,
             run_id=(opts.get("runid") or "") if plain else _run_followed(opts),
@@ -421,6 +427,7 @@ class ReadOptions:
             event_time_field=field_name,
             max_out_of_orderness_ms=bound_ms,
             idle_timeout_ms=idle_ms,
+            max_watermark_drift_ms=drift_ms,
         )
 
 

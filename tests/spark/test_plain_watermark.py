@@ -289,3 +289,38 @@ def test_the_first_hop_of_a_chain_passes_the_watermark_on_and_ends_by_itself(
            .schema("k string, end timestamp, n long").load().collect())
     assert Counter({datetime.fromisoformat(f"2026-01-01T{r['k']}:00"): r["n"] for r in got}) == oracle(source.sent)
     assert len(got) == 3 and late(query.recentProgress) == 0
+
+
+def test_watermark_alignment_holds_a_partition_that_runs_ahead(
+        spark: SparkSession, kafka_config: dict[str, Any], bootstrap_servers: str, new_topic: Callable[..., str],
+        tmp_path: Path) -> None:
+    """A skewed backfill: partition 0 at hours 0-5, partition 1 at hours 0-1, read 40 offsets per micro-batch
+    (shared in proportion: partition 0 would take three of four and run hours ahead). With ``maxWatermarkDrift``
+    1h, while partition 1 has records, no micro-batch takes partition 0 more than the drift (and one record)
+    past the watermark at its start; once partition 1 has none, partition 0 is read on, and the bounded input
+    ends with every window equal to the oracle."""
+    topic = new_topic(2)
+    source = Producing(kafka_config, topic)
+    source.hours(0, 0, 5)
+    source.hours(1, 0, 1)
+    events = with_watermark(read(spark, topic, bootstrap_servers, maxOutOfOrderness="0s", maxWatermarkDrift="1h",
+                                 maxOffsetsPerTrigger="40", availableNowEnds="true"), "ts")
+    query = start(events.transform(hourly), tmp_path / "out", tmp_path / "ck", availableNow=True)
+    assert query.awaitTermination(180), query_failure(query)
+    assert query.exception() is None, query_failure(query)
+    checked = 0
+    for progress in query.recentProgress:
+        source_progress = progress["sources"][0]
+        begin, end = (orjson.loads(o) if isinstance(o, str) else o
+                      for o in (source_progress["startOffset"], source_progress["endOffset"]))
+        if not begin or not end or "eventTime" not in begin:
+            continue
+        mark = begin["eventTime"]["watermark"]
+        largest = {p: big for _, p, big, _ in end["eventTime"]["partitions"]}
+        if mark is not None and begin["offsets"][topic]["1"] < 48 and end["offsets"][topic]["0"] > \
+                begin["offsets"][topic]["0"]:
+            assert largest[0] <= mark + HOUR + STEP, (mark, largest)
+            checked += 1
+    assert checked > 0
+    assert windows(spark, tmp_path / "out") == oracle(source.sent)
+    assert late(query.recentProgress) == 0 and dropped(query.recentProgress) == 0

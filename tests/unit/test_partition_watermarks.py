@@ -105,6 +105,15 @@ def test_snapshot_restores_through_json() -> None:
         PartitionWatermarks.restore(state.rule, {"watermark": "x", "partitions": []})
 
 
+def test_alignment_holds_a_partition_that_runs_more_than_the_drift_ahead() -> None:
+    rule = WatermarkRule(bound_ms=10, drift_ms=HOUR)
+    assert not rule.runs_ahead(HOUR + 10, 0) and rule.runs_ahead(HOUR + 11, 0)
+    assert not rule.runs_ahead(None, 0) and not rule.runs_ahead(5 * HOUR, None)
+    assert not WatermarkRule(bound_ms=0).runs_ahead(5 * HOUR, 0)
+    with pytest.raises(ValueError, match="drift_ms"):
+        WatermarkRule(bound_ms=0, drift_ms=-1)
+
+
 def test_the_rule_refuses_what_it_cannot_mean() -> None:
     with pytest.raises(ValueError, match="bound_ms"):
         WatermarkRule(bound_ms=-1)

@@ -40,11 +40,14 @@ def test_the_options_parse_as_durations() -> None:
     assert (opts.event_time_field, opts.max_out_of_orderness_ms, opts.idle_timeout_ms) == ("ts", 10_000, 60_000)
     assert ReadOptions.parse({**PLAIN, "maxOutOfOrderness": "0s"}).max_out_of_orderness_ms == 0
     assert ReadOptions.parse(PLAIN).max_out_of_orderness_ms is None
+    drift = ReadOptions.parse({**PLAIN, "maxOutOfOrderness": "0s", "maxWatermarkDrift": "1h"})
+    assert drift.max_watermark_drift_ms == 3_600_000
 
 
 @pytest.mark.parametrize(("more", "message"), [
     ({"eventTimeField": "ts"}, r"option 'eventTimeField' needs the option 'maxOutOfOrderness'"),
     ({"idleTimeout": "1m"}, r"option 'idleTimeout' needs the option 'maxOutOfOrderness'"),
+    ({"maxWatermarkDrift": "1h"}, r"option 'maxWatermarkDrift' needs the option 'maxOutOfOrderness'"),
     ({"maxOutOfOrderness": "soon"}, r"option 'maxOutOfOrderness': not a duration"),
     ({"maxOutOfOrderness": "1s", "idleTimeout": "0s"}, r"option 'idleTimeout': a duration must be above zero"),
 ])
@@ -65,12 +68,13 @@ def test_the_watermark_fields_and_the_options_go_together() -> None:
         rule_of(none, with_fields)
     with pytest.raises(ValueError, match=r"needs the option 'maxOutOfOrderness'"):
         rule_of(ReadOptions(**{**_fields(none), "event_time_field": "ts"}), with_fields)
-    given = ReadOptions.parse({**PLAIN, "eventTimeField": "ts", "maxOutOfOrderness": "5s", "idleTimeout": "2s"})
+    given = ReadOptions.parse({**PLAIN, "eventTimeField": "ts", "maxOutOfOrderness": "5s", "idleTimeout": "2s",
+                               "maxWatermarkDrift": "1m"})
     with pytest.raises(ValueError, match=r"call with_watermark on the read"):
         rule_of(given, schema("user string, ts timestamp"))
     assert rule_of(none, schema("user string, ts timestamp")) is None
     rule = rule_of(given, with_fields)
-    assert rule is not None and (rule.bound_ms, rule.idle_ms) == (5_000, 2_000)
+    assert rule is not None and (rule.bound_ms, rule.idle_ms, rule.drift_ms) == (5_000, 2_000, 60_000)
     with pytest.raises(ValueError, match=r"the field 'user' is string; the event time is a timestamp field"):
         rule_of(ReadOptions(**{**_fields(given), "event_time_field": "user"}), with_fields)
     with pytest.raises(ValueError, match=r"'eventTimeField' is 'when', which is not a field of the schema"):

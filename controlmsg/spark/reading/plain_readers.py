@@ -282,9 +282,11 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start  # wait for more (minOffsetsPerTrigger), at most maxTriggerDelay since the last one
         if isinstance(limit, ReadMaxRows):
             end = _limited(reading, end, limit.max_rows)
+        state = self._watermark(start, reading, end)  # with maxWatermarkDrift, cuts end where partitions run ahead
         ended = (opts.available_now_ends and self._target is not None
                  and all(end[tp] >= self._target.get(tp, 0) for tp in end))
-        state = self._watermark(start, reading, end, ended)
+        if state is not None and ended:
+            finished(state)
         moved_mark = state is not None and state.watermark != watermark_at(start)
         if end == logged and not (ended and not start.get("ended")) and not moved_mark:
             self._planned = start
@@ -306,20 +308,19 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._planned = offset
         return offset
 
-    def _watermark(self, start: dict[str, Any], reading: Mapping[PartitionRef, int], end: Mapping[PartitionRef, int],
-                   ended: bool) -> PartitionWatermarks[PartitionRef] | None:
+    def _watermark(self, start: dict[str, Any], reading: Mapping[PartitionRef, int],
+                   end: dict[PartitionRef, int]) -> PartitionWatermarks[PartitionRef] | None:
         """The watermark's state at ``end``: the one of ``start`` (new at the query's first micro-batch) fed
-        the event times of the records from ``reading`` to ``end``, moved by the clock, finished when the
-        input ``ended``; ``None`` when the read makes no watermark."""
+        the event times of the records from ``reading`` to ``end``, moved by the clock; ``None`` when the read
+        makes no watermark. With ``maxWatermarkDrift``, ``end`` is cut (in place) where partitions run ahead."""
         if self._rule is None or self._scan is None:
             return None
         began = time.monotonic()
         state: PartitionWatermarks[PartitionRef] = state_of(start, self._rule) or PartitionWatermarks(self._rule)
         state.track(end, epoch_ms())
-        records = self._scan.scan({tp: (reading[tp], end[tp]) for tp in end}, state, epoch_ms)
+        records, cut = self._scan.scan({tp: (reading[tp], end[tp]) for tp in end}, state, epoch_ms)
+        end.update(cut)
         self._status = state.advance(epoch_ms())
-        if ended:
-            finished(state)
         if self.opts.log_phases:
             log_phase("scan", self.opts.topic, ms=round((time.monotonic() - began) * 1000, 1), records=records,
                       stop="end", moved=state.watermark != watermark_at(start), settle=False)

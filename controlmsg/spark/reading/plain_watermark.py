@@ -19,6 +19,15 @@ watermark and each partition's largest event time and last activity, epoch ms; :
 query restarted from its checkpoint resumes with it: the watermark never goes back. A replayed micro-batch
 is planned from its logged offsets, so its rows carry the same values.
 
+**Watermark alignment** (option ``maxWatermarkDrift``, Flink's ``withWatermarkAlignment``): a partition
+whose own watermark runs more than the drift past the read's watermark (the one at the micro-batch's start)
+is read no further in this micro-batch: the scan stops it after the record that took it there, and the
+micro-batch's end offset of it is that record's next; one already ahead when the micro-batch is planned
+moves not at all, and the driver's consumer stops fetching it; unless every partition that has records to
+read runs ahead (those behind have none now): then they are read, since holding them would only stop the
+read. It starts once the watermark is defined. So a skewed backfill keeps windows of a bounded span of event
+time in Spark's state, whatever the partitions hold.
+
 **What the rows carry** (:mod:`controlmsg.spark.reading.plain_records`): every record of a micro-batch the
 watermark in force when the micro-batch began (``_watermark``: the one at the end of the micro-batch before;
 a record below it is late, as a record below Flink's current watermark is), ``_partition_watermark`` null
@@ -86,7 +95,7 @@ def rule_of(opts: ReadOptions, schema: StructType) -> WatermarkRule | None:
                          "far behind its partition's largest event time a record may come, e.g. '0s' or '10s'); "
                          "or use Spark's withWatermark without the watermark fields")
     event_time_reader(opts, schema)  # refuse a field that is not there now, not at the first trigger
-    return WatermarkRule(bound, opts.idle_timeout_ms)
+    return WatermarkRule(bound, opts.idle_timeout_ms, opts.max_watermark_drift_ms)
 
 
 def event_time_reader(opts: ReadOptions, schema: StructType) -> EventTimes:
@@ -210,26 +219,56 @@ class DriverScan:
         self._eof: dict[PartitionRef, int] = {}  # partition -> where the consumer last found its end
 
     def scan(self, ranges: Mapping[PartitionRef, tuple[int, int]], state: PartitionWatermarks[Any],
-             now: Callable[[], int]) -> int:
+             now: Callable[[], int]) -> tuple[int, dict[PartitionRef, int]]:
         """Read each partition's ``[start, end)`` offsets (``ranges``: every partition the read reads) and
-        feed their event times to ``state`` (at the clock ``now()`` after the read). Returns how many records
-        were read. Raises :class:`ReadError` when the consumer fails, or when a partition gives nothing for
-        ``timeout`` (else 120) s before its end."""
+        feed their event times to ``state`` (at the clock ``now()`` after the read). With the rule's
+        ``drift_ms`` (watermark alignment), a partition whose own watermark runs more than that past the read's
+        watermark is read no further: its end is where it stopped (and it counts as active, records waiting).
+        Returns how many records were read and each partition's end. Raises :class:`ReadError` when the
+        consumer fails, or when a partition gives nothing for ``timeout`` (else 120) s before its end."""
         gone = [tp for tp in self._assigned if tp not in ranges]
         for tp in gone:
             for kept in (self._assigned, self._used, self._ahead, self._fetched, self._eof):
                 kept.pop(tp, None)
+        ends = {tp: b for tp, (_, b) in ranges.items()}
         wanted = {tp: (a, b) for tp, (a, b) in ranges.items() if b > a}
         if not wanted:
-            return 0
-        self._place(wanted, bool(gone))
+            return 0, ends
+        rule, mark = state.rule, state.watermark
+        largest = {tp: state.largest(tp) for tp in wanted}
+        paused = {tp for tp in wanted if rule.runs_ahead(largest[tp], mark)}
+        if paused and len(paused) == len(wanted):
+            # Every partition with records to read runs ahead: those behind have none now (a lagging producer,
+            # the end of an availableNow input). Holding these back would only stop the read; read them.
+            paused, mark = set(), None
+        for tp in paused:  # read no further, and fetch nothing of it: assigned anew at its start when it goes on
+            ends[tp] = wanted[tp][0]
+            for held in (self._assigned, self._ahead, self._fetched, self._eof):
+                held.pop(tp, None)
+        self._place({tp: span for tp, span in wanted.items() if tp not in paused}, bool(gone or paused))
         found: dict[PartitionRef, list[int | None]] = {tp: [] for tp in wanted}
+
+        def take(tp: PartitionRef, off: int, ms: int | None) -> bool:
+            """One record of a wanted partition, in offset order: counted when in its range (then the
+            partition may pause after it), else whether it is past the range (kept for the next scan)."""
+            if off < wanted[tp][0]:
+                return True  # before the range: read already
+            if tp in paused or off >= ends[tp]:
+                return False
+            found[tp].append(ms)
+            if ms is not None and (largest[tp] is None or ms > (largest[tp] or 0)):
+                largest[tp] = ms
+            if rule.runs_ahead(largest[tp], mark):
+                ends[tp] = off + 1
+                paused.add(tp)
+            return True
+
         open_parts = set()
-        for tp, (a, b) in wanted.items():
-            ahead = self._ahead.get(tp, [])
-            found[tp].extend(ms for off, ms in ahead if a <= off < b)
-            self._ahead[tp] = [(off, ms) for off, ms in ahead if off >= b]
-            if not self._done(tp, b):
+        for tp in wanted:
+            if tp in paused:
+                continue
+            self._ahead[tp] = [(off, ms) for off, ms in self._ahead.get(tp, []) if not take(tp, off, ms)]
+            if tp not in paused and not self._done(tp, ends[tp]):
                 open_parts.add(tp)
         wait_s = self._opts.timeout if self._opts.timeout is not None else 120.0
         last = time.monotonic()
@@ -244,7 +283,7 @@ class DriverScan:
                 if time.monotonic() - last > wait_s:
                     raise ReadError(f"the driver's scan of {self._opts.topic!r} for event times: partitions "
                                     f"{sorted(open_parts)} gave no record for {wait_s:g} s before the planned offsets "
-                                    f"{ {tp: wanted[tp][1] for tp in sorted(open_parts)} }")
+                                    f"{ {tp: ends[tp] for tp in sorted(open_parts)} }")
                 continue
             last = time.monotonic()
             records = []
@@ -263,20 +302,19 @@ class DriverScan:
                 tp = (msg.topic(), msg.partition())
                 off = msg.offset()
                 self._fetched[tp] = off + 1
-                span = wanted.get(tp)
-                if span is not None and span[0] <= off < span[1]:
-                    found[tp].append(ms)
-                elif span is None or off >= span[1]:
+                if tp not in wanted or not take(tp, off, ms):
                     self._ahead.setdefault(tp, []).append((off, ms))
-            open_parts = {tp for tp in open_parts if not self._done(tp, wanted[tp][1])}
+            open_parts = {tp for tp in open_parts if tp not in paused and not self._done(tp, ends[tp])}
         at = now()
         count = 0
         for tp, times_of in found.items():
             for ms in times_of:
                 state.observe(tp, ms, at)
+            if tp in paused:
+                state.observe(tp, None, at)  # records wait there: active, never idle
             count += len(times_of)
-            self._used[tp] = wanted[tp][1]
-        return count
+            self._used[tp] = ends[tp]
+        return count, ends
 
     def _done(self, tp: PartitionRef, end: int) -> bool:
         return self._fetched.get(tp, -1) >= end or self._eof.get(tp, -1) >= end
