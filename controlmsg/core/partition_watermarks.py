@@ -105,10 +105,11 @@ class PartitionWatermarks(Generic[K]):
     def track(self, partitions: Iterable[K], now_ms: int) -> None:
         """Partitions the read reads now: one not tracked yet is added, active from ``now_ms`` with no event
         time; one tracked and not among them is dropped (its topic or partition is gone)."""
-        wanted = set(partitions)
+        given = list(dict.fromkeys(partitions))  # in the order given: a set's order changes from run to run
+        wanted = set(given)
         for key in [k for k in self._parts if k not in wanted]:
             del self._parts[key]
-        for key in wanted:
+        for key in given:
             if key not in self._parts:
                 self._parts[key] = _Partition(None, now_ms)
 
@@ -153,6 +154,7 @@ class PartitionWatermarks(Generic[K]):
         return None if part is None else part.largest
 
     def partitions(self) -> list[K]:
+        """The partitions tracked, in the order they were first seen."""
         return list(self._parts)
 
     # ---------------------------------------------------------------- checkpoint

@@ -316,7 +316,8 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._rule is None or self._scan is None:
             return None
         began = time.monotonic()
-        state: PartitionWatermarks[PartitionRef] = state_of(start, self._rule) or PartitionWatermarks(self._rule)
+        state: PartitionWatermarks[PartitionRef] = (state_of(start, self._rule, self.opts.topic)
+                                                    or PartitionWatermarks(self._rule))
         state.track(end, epoch_ms())
         records, cut = self._scan.scan({tp: (reading[tp], end[tp]) for tp in end}, state, epoch_ms)
         end.update(cut)

@@ -50,7 +50,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pyspark.sql.types import StructType, TimestampNTZType, TimestampType
 
 from controlmsg.core.partition_watermarks import PartitionWatermarks, WatermarkRule, WatermarkStatus
-from controlmsg.errors import ReadError
+from controlmsg.errors import CheckpointError, ReadError
 from controlmsg.kafka.fetching import consume_ready
 from controlmsg.spark.options import ReadOptions
 from controlmsg.spark.positions import PartitionRef
@@ -154,13 +154,19 @@ def _json_times(name: str, arrow_type: pa.DataType) -> EventTimes:
     return read
 
 
-def state_of(offset: Mapping[str, Any], rule: WatermarkRule) -> PartitionWatermarks[Any] | None:
+def state_of(offset: Mapping[str, Any], rule: WatermarkRule, topic: str) -> PartitionWatermarks[Any] | None:
     """The watermark's state a plain stream's offset holds (``None``: none, e.g. the initial offset of a
-    query, or one logged before the read made a watermark)."""
+    query, or one logged before the read made a watermark). Raises :class:`CheckpointError` naming the read's
+    ``topic`` for a state that is not one."""
     snapshot = offset.get(STATE_KEY)
     if not isinstance(snapshot, dict):
         return None
-    return PartitionWatermarks.restore(rule, snapshot)
+    try:
+        return PartitionWatermarks.restore(rule, snapshot)
+    except ValueError as exc:
+        raise CheckpointError(f"topic {topic!r}: the streaming checkpoint's offset holds no watermark state this "
+                              f"reader can read ({exc}); a query's checkpoint belongs to its source: start the "
+                              "query with a new checkpointLocation") from exc
 
 
 def watermark_at(offset: Mapping[str, Any]) -> int | None:
