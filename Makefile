@@ -41,8 +41,9 @@ SPARK42_VENV ?= $(VENV)-spark42
 # The spark42-marked tests (spark-avro's and Delta's jars exist for Spark 4.2 only; pyproject deselects them
 # elsewhere) run here alone: -m "" lifts that.
 SPARK42_TESTS ?= tests/spark/test_two_streams_at_once.py tests/spark/test_event_time.py \
-	tests/spark/test_avro_payloads.py tests/spark/test_delta_sink.py -m "" \
-	-k "two_streams or slow_tasks_records or refused or adds_the_watermark or does_not_follow or avro or delta"
+	tests/spark/test_plain_watermark.py tests/spark/test_avro_payloads.py tests/spark/test_delta_sink.py -m "" \
+	-k "two_streams or slow_tasks_records or refused or adds_the_watermark or does_not_follow or avro or delta \
+	or lagging_partition"
 
 $(SPARK42_VENV)/.installed: $(VENV)/.installed
 	rm -rf $(SPARK42_VENV)

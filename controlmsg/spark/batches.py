@@ -106,7 +106,9 @@ def batch_builder(schema: StructType, opts: ReadOptions) -> tuple[Builder, bool]
 
 def tick_batch(schema: StructType, watermark: int) -> pa.RecordBatch:
     """One watermark row of ``schema`` (which has ``_control``): ``_control`` true, ``_watermark`` set
-    (epoch ms), every other field null; a micro-batch's last task adds it after its records."""
+    (epoch ms), every other field null, or its type's zero value when the schema declares it ``NOT NULL``
+    (Spark fails a row with a null there; :func:`~controlmsg.spark.with_watermark` drops the row before any
+    step of the user's sees it); a micro-batch's last task adds it after its records."""
     arrow_schema = _arrow_schema(schema)
     arrays = []
     for field in arrow_schema:
@@ -114,9 +116,31 @@ def tick_batch(schema: StructType, watermark: int) -> pa.RecordBatch:
             arrays.append(pa.array([True]))
         elif field.name == META_WATERMARK:
             arrays.append(pa.array([watermark], pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(field.type))
-        else:
+        elif field.nullable:
             arrays.append(pa.nulls(1, field.type))
+        else:
+            arrays.append(pa.array([_zero(field.type)], field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+
+def _zero(dtype: pa.DataType) -> Any:
+    """A value of ``dtype`` for a ``NOT NULL`` field of a watermark row, as pyarrow takes it from Python."""
+    if pa.types.is_struct(dtype):
+        return {f.name: None if f.nullable else _zero(f.type) for f in dtype}
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype) or pa.types.is_map(dtype):
+        return []
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
+        return ""
+    if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
+        return b""
+    if pa.types.is_boolean(dtype):
+        return False
+    if pa.types.is_decimal(dtype):
+        return Decimal(0)
+    if pa.types.is_timestamp(dtype) or pa.types.is_date(dtype) or pa.types.is_time(dtype):
+        return pa.array([0], pa.int64()).cast(pa.int32() if dtype in (pa.date32(), pa.time32("s"), pa.time32("ms"))
+                                              else pa.int64()).cast(dtype)[0].as_py()
+    return 0
 
 
 _FIT_ERRORS: Final = (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError, ArithmeticError)

@@ -1,6 +1,8 @@
 """Spark's own event-time operators on the reconciled watermark: :func:`with_watermark`.
 
-A streaming DataFrame read with ``format("controlmsg")`` and a schema that declares
+A streaming DataFrame read with ``format("controlmsg")`` (of an intermediate topic, or of a plain one with
+the options ``maxOutOfOrderness`` and ``eventTimeField``, whose watermark the reader makes per partition:
+:mod:`controlmsg.spark.reading.plain_watermark`) and a schema that declares
 :data:`WATERMARK_COLUMNS` (``_watermark timestamp, _partition_watermark timestamp, _control boolean``;
 :func:`with_watermark` called right on the read adds them by itself) carries the topic's reconciled
 watermark in two ways: every record's ``_watermark`` (the watermark in force when it was read;
@@ -103,7 +105,7 @@ def with_watermark(df: DataFrame, event_time: str, *, metrics_name: str = "contr
     settle_shared_environment(df.sparkSession)
     follow_stages(df.sparkSession)
     _check_watermark_policy(df)
-    df = _with_watermark_fields(df)
+    df = _with_watermark_fields(df, event_time)
     _check(df, event_time)
     _check_rows_kept(df)
     _check_delay_key(df)
@@ -132,7 +134,7 @@ def late_records(df: DataFrame, event_time: str) -> DataFrame:
     :func:`with_watermark`. The two queries cut the topic into different micro-batches, so a record's
     ``_watermark`` can differ between them; ``_partition_watermark`` cannot, so with it in the schema (as in
     :data:`WATERMARK_COLUMNS`) every record is in exactly one of the two outputs."""
-    df = _with_watermark_fields(df)
+    df = _with_watermark_fields(df, event_time)
     _check(df, event_time)
     control = F.coalesce(F.col(_CONTROL), F.lit(False))
     late = ~control & _late(F.col(event_time), _behind(df, F.col(_WATERMARK)))
@@ -220,16 +222,28 @@ def _row_dropping_steps(df: DataFrame) -> list[str]:
     return found
 
 
-def _with_watermark_fields(df: DataFrame) -> DataFrame:
+def _with_watermark_fields(df: DataFrame, event_time: str) -> DataFrame:
     """``df`` itself when it has a field of :data:`WATERMARK_COLUMNS`; else, when ``df`` is a controlmsg read
     and nothing more (a classic plan's ``StreamingRelationV2``, a Connect client's ``DataSource``), the same
-    read with them added to its schema; else ``df`` (:func:`_check` then says what is missing)."""
+    read with them added to its schema, and for a plain topic (``envelope none``) without the option
+    ``eventTimeField`` that option set to ``event_time`` (its watermark per partition is made from that field;
+    ``ValueError`` when the read has no ``maxOutOfOrderness``); else ``df`` (:func:`_check` then says what is
+    missing)."""
     if any(name in df.columns for name in (_WATERMARK, _PARTITION_WATERMARK, _CONTROL)):
         return df
     found = _bare_read(df)
     if found is None:
         return df
     source, options = found
+    keys = {k.lower(): k for k in options}
+    if options.get(keys.get("envelope", ""), "").strip().lower() == "none":
+        if "maxoutoforderness" not in keys:
+            raise ValueError("with_watermark on a plain topic (envelope none) makes its watermark per partition, from "
+                             "each partition's largest event time minus a bound the read must give: "
+                             ".option('maxOutOfOrderness', '10s') ('0s' when each partition is in time order), and "
+                             "idleTimeout for partitions that go quiet")
+        if "eventtimefield" not in keys and event_time in df.columns:
+            options["eventTimeField"] = event_time
     schema = StructType([*df.schema.fields, StructField(_WATERMARK, TimestampType()),
                          StructField(_PARTITION_WATERMARK, TimestampType()), StructField(_CONTROL, BooleanType())])
     return df.sparkSession.readStream.format(source).options(**options).schema(schema).load()

@@ -64,6 +64,17 @@ raw value that is not UTF-8 but read as a string), as Spark's JSON and CSV sourc
 ``DROPMALFORMED`` (the row is left out and the record written to ``deadLetterTopic``, which this mode
 requires; ``deadLetterTopic`` alone means this mode). See :mod:`controlmsg.spark.reading.bad_records`.
 
+A plain stream read for :func:`~controlmsg.spark.with_watermark` (its schema declares ``_watermark``) makes
+its watermark per partition, as Flink's Kafka source does (:mod:`controlmsg.spark.reading.plain_watermark`):
+``eventTimeField`` (the timestamp field of the schema that holds each record's event time, or the record's
+own ``timestamp`` / ``_timestamp``; ``with_watermark`` called right on the read gives its column),
+``maxOutOfOrderness`` (required: how far behind its partition's largest event time a record may come,
+``0s``, ``10s``, ``5m``...; the watermark is each partition's largest event time minus it, the minimum over
+the partitions), ``idleTimeout`` (a partition that gives no record for so long stops holding the
+watermark back until it gives one again; default: never) and ``maxWatermarkDrift`` (watermark alignment: a
+partition whose own watermark runs more than this past the read's is read no further until it catches up;
+default: none). Refused on an intermediate topic and a batch read.
+
 ``kafkaConfig`` names a client properties file (Java's format, as Kafka's tools read it) read on the driver,
 under the ``kafka.*`` options: secrets can stay out of the query's options. Settings may be given in the
 Java client's names as ``format("kafka")`` takes them (``kafka.sasl.jaas.config``,
@@ -125,6 +136,7 @@ OPTION_NAMES: Final = (
     "subscribe", "subscribePattern", "assign", "startingOffsets", "startingTimestamp",
     "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "endingOffsets", "endingTimestamp",
     "endingOffsetsByTimestamp", "failOnDataLoss", "minOffsetsPerTrigger", "maxTriggerDelay",
+    "eventTimeField", "maxOutOfOrderness", "idleTimeout", "maxWatermarkDrift",  # a plain stream's watermark
     "minPartitions", "maxRecordsPerPartition",  # format("kafka")'s, refused with their reason
     # format("kafka")'s that have nothing to do here (docs/SPARK.md): accepted, so its options carry over
     "groupIdPrefix", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "kafkaConsumer.pollTimeoutMs",
@@ -261,6 +273,37 @@ def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
     raise ValueError(f"option {name!r} must be true or false, got {text!r}")
 
 
+_EVENT_TIME_OPTIONS: Final = ("eventTimeField", "maxOutOfOrderness", "idleTimeout", "maxWatermarkDrift")
+
+
+def _duration_ms(opts: Mapping[str, str], name: str, *, allow_zero: bool) -> int | None:
+    text = opts.get(name.lower())
+    if text is None or text == "":
+        return None
+    try:
+        return parse_duration(text, allow_zero=allow_zero)
+    except ValueError as exc:
+        raise ValueError(f"option {name!r}: {exc}") from None
+
+
+def _event_time(opts: Mapping[str, str], plain: bool) -> tuple[str | None, int | None, int | None, int | None]:
+    """A plain stream's watermark options: ``eventTimeField``, ``maxOutOfOrderness`` (ms), ``idleTimeout`` (ms)
+    and ``maxWatermarkDrift`` (ms), checked together: an intermediate topic's watermark comes from its upstream
+    tasks, and a field, an idle timeout or a drift without the bound defines no watermark."""
+    given = [name for name in _EVENT_TIME_OPTIONS if opts.get(name.lower())]
+    if not given:
+        return None, None, None, None
+    if not plain:
+        raise ValueError(f"option {given[0]!r} makes the watermark of a plain topic (envelope none) from its records' "
+                         "event times; an intermediate topic's watermark comes from its upstream tasks")
+    bound = _duration_ms(opts, "maxOutOfOrderness", allow_zero=True)
+    if bound is None:
+        raise ValueError(f"option {given[0]!r} needs the option 'maxOutOfOrderness': how far behind its partition's "
+                         "largest event time a record may come ('0s', '10s', '5m'...), the bound of the watermark")
+    return (opts.get("eventtimefield") or None, bound, _duration_ms(opts, "idleTimeout", allow_zero=False),
+            _duration_ms(opts, "maxWatermarkDrift", allow_zero=True))
+
+
 def _stage_progress(opts: Mapping[str, str]) -> str:
     """Option ``stageProgress``: ``offsetLog`` (default), ``driver`` or ``eventTime``, any case; ``eventTime`` needs the
     option ``eventTime`` (a rule on event times without a column to take them from would write no watermark)."""
@@ -340,6 +383,16 @@ class ReadOptions:
     """Option ``availableNowEnds``: a plain stream's input ends where an ``availableNow`` query stops."""
     log_phases: bool = False
     """Option ``logPhases``: a line per phase of each micro-batch (:mod:`controlmsg.spark.phases`)."""
+    event_time_field: str | None = None
+    """Option ``eventTimeField``: the field whose value is a plain record's event time (a plain stream's
+    watermark, :mod:`controlmsg.spark.reading.plain_watermark`)."""
+    max_out_of_orderness_ms: int | None = None
+    """Option ``maxOutOfOrderness`` (ms): given, a plain stream makes its watermark per partition."""
+    idle_timeout_ms: int | None = None
+    """Option ``idleTimeout`` (ms): a partition without records for so long stops holding the watermark back."""
+    max_watermark_drift_ms: int | None = None
+    """Option ``maxWatermarkDrift`` (ms): watermark alignment, a partition whose own watermark runs more than
+    this past the read's is read no further until the read's catches up."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -351,6 +404,7 @@ class ReadOptions:
         mode, dead_letters = _bad_record_mode(opts)
         plain = _envelope(opts)
         subscription = parse_subscription(opts, plain)
+        field_name, bound_ms, idle_ms, drift_ms = _event_time(opts, plain)
         return cls(
             topic=subscription.label,
             run_id=(opts.get("runid") or "") if plain else _run_followed(opts),
@@ -370,6 +424,10 @@ class ReadOptions:
             include_headers=_bool(opts, "includeHeaders", False),
             available_now_ends=_bool(opts, "availableNowEnds", False),
             log_phases=_bool(opts, "logPhases", False),
+            event_time_field=field_name,
+            max_out_of_orderness_ms=bound_ms,
+            idle_timeout_ms=idle_ms,
+            max_watermark_drift_ms=drift_ms,
         )
 
 

@@ -151,13 +151,19 @@ def sources_reconciled(offsets: list[str]) -> int | None:
 def offset_reconciled(line: str) -> int | None:
     """The reconciled watermark a controlmsg source's offset (its JSON text) stands at, when the stream gives
     watermark rows (:data:`WATERMARK_ROWS_KEY`): :data:`END_OF_TIME_MS` once ended; else ``None`` (no
-    watermark yet, no watermark rows, or another source)."""
+    watermark yet, no watermark rows, or another source). A plain topic's: the watermark it made per
+    partition."""
     try:
         offset = json.loads(line)
     except ValueError:
         return None
     if not isinstance(offset, dict) or offset.get(WATERMARK_ROWS_KEY) is not True:
         return None
+    if offset.get("envelope") == "none":  # a plain topic's watermark per partition (reading.plain_watermark)
+        state = offset.get("eventTime")
+        mark = state.get("watermark") if isinstance(state, dict) else None
+        return END_OF_TIME_MS if offset.get("ended") is True else (
+            min(mark, END_OF_TIME_MS) if isinstance(mark, int) else None)
     book = offset.get("bookkeeping")
     if not isinstance(book, dict):
         return None

@@ -19,7 +19,9 @@ micro-batch, advanced by the control messages read before the record on its own 
 the watermark at the micro-batch's end; null until every upstream task has reported on every partition;
 ``_partition_watermark`` (timestamp) is the watermark of the record's own partition there (the minimum over
 the upstream tasks on that partition alone), which depends only on what the partition holds before the
-record, so that every query over the topic finds the same records behind it. With a boolean
+record, so that every query over the topic finds the same records behind it. A plain topic's stream read with
+``maxOutOfOrderness`` fills ``_watermark`` with its watermark per partition in force when the micro-batch
+began, and ``_partition_watermark`` with null (:mod:`controlmsg.spark.reading.plain_watermark`). With a boolean
 ``_control`` too, a micro-batch in which the watermark moved or the stream ended also has one watermark
 row (``_control`` true, every other field null; see :mod:`controlmsg.spark.event_time`). How a JSON value
 fills a field of its type is :mod:`controlmsg.spark.batches`.
@@ -88,7 +90,8 @@ META_WATERMARK: Final = "_watermark"
 META_CONTROL: Final = "_control"
 META_PARTITION_WATERMARK: Final = "_partition_watermark"
 WATERMARK_FIELDS: Final = (META_WATERMARK, META_PARTITION_WATERMARK, META_CONTROL)
-"""The fields only a stream of an intermediate topic fills (its watermark); the other reads refuse them."""
+"""The fields only a stream fills (its watermark): an intermediate topic's, or a plain topic's read with
+``maxOutOfOrderness`` (:mod:`controlmsg.spark.reading.plain_watermark`); the other reads refuse them."""
 
 
 Mark = tuple["int | None", "int | None"]

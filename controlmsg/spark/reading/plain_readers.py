@@ -44,8 +44,18 @@ or made anew) fail the read with :class:`DataLoss` naming them, as ``failOnDataL
 as Spark's) says; with ``failOnDataLoss false`` the read goes on from the partition's log start (a task
 whose planned offsets go while it reads does the same: its consumer resets to the earliest offset).
 
-A plain topic carries no watermark: ``_watermark`` and ``_control`` are refused. Declare the stage's
-event time with Spark's ``withWatermark``; the ``controlmsg`` writer carries Spark's watermark onward.
+**A watermark per partition.** A plain topic carries no watermark. A stream read for
+:func:`~controlmsg.spark.with_watermark` (``_watermark``, and ``_control`` for watermark rows, in the schema,
+with the options ``eventTimeField`` and ``maxOutOfOrderness``, ``idleTimeout`` optional) makes one from its
+records' event times: each partition's largest event time minus the bound, the minimum over the partitions
+that are not idle, never going back; at the end of an ``availableNowEnds`` input, the end of time. The driver
+reads each micro-batch's records for it and keeps the state in the offset (``"eventTime"``, with
+``"watermarkRows": true`` when the rows carry it), and a micro-batch in which it moved is followed, under
+``availableNow``, by one that reads nothing (``"settle": true`` on the offset before), so that Spark applies
+it: see :mod:`controlmsg.spark.reading.plain_watermark`. Without those fields the read makes none (Spark's
+``withWatermark`` then); the fields without the options, the options without the fields, and either on a
+batch read are refused in one line.
+
 Partitions, and topics of a ``subscribePattern``, added while a stream runs are read from their start at
 the next micro-batch.
 """
@@ -62,12 +72,15 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from controlmsg.core.partition_watermarks import PartitionWatermarks, WatermarkStatus
 from controlmsg.errors import ControlMsgError
 from controlmsg.kafka.admin import LatestOffsets
 from controlmsg.spark.batches import batch_builder
 from controlmsg.spark.options import ReadOptions
+from controlmsg.spark.phases import log_phase
 from controlmsg.spark.positions import PartitionRef
-from controlmsg.spark.read_schema import WATERMARK_FIELDS
+from controlmsg.spark.query_log import WATERMARK_ROWS_KEY
+from controlmsg.spark.read_schema import META_CONTROL, WATERMARK_FIELDS
 from controlmsg.spark.reading.consuming import consumer_conf
 from controlmsg.spark.reading.plain_offsets import (
     DataLoss,
@@ -80,6 +93,18 @@ from controlmsg.spark.reading.plain_offsets import (
     starting_offsets,
 )
 from controlmsg.spark.reading.plain_records import read_plain_ranges
+from controlmsg.spark.reading.plain_watermark import (
+    STATE_KEY,
+    DriverScan,
+    epoch_ms,
+    event_time_reader,
+    finished,
+    rule_of,
+    state_of,
+    tick,
+    watermark_at,
+    watermark_metrics,
+)
 from controlmsg.spark.reading.planning import PlainRanges, plain_groups
 from controlmsg.spark.reading.source_metrics import REPORT_TIMEOUT_S, SOURCE, lag_metrics, lag_report
 
@@ -97,12 +122,15 @@ def is_plain_offset(offset: Any) -> bool:
     return isinstance(offset, dict) and offset.get("envelope") == _ENVELOPE
 
 
-def _refuse_watermark(schema: StructType) -> None:
+def _refuse_watermark(schema: StructType, opts: ReadOptions) -> None:
+    """A batch read of a plain topic has no watermark: it reads what is there."""
     for name in WATERMARK_FIELDS:
         if name in schema.fieldNames():
-            raise ValueError(f"the field '{name}' is the watermark of an intermediate topic; a plain topic "
-                             "(envelope none) carries none: declare the stage's event time with Spark's "
-                             "withWatermark, and the controlmsg writer carries it onward")
+            raise ValueError(f"the field '{name}' is a stream's watermark; a batch read of a plain topic (envelope "
+                             "none) reads what is there and has none: read it with readStream for with_watermark")
+    if opts.max_out_of_orderness_ms is not None or opts.event_time_field is not None:
+        raise ValueError("options maxOutOfOrderness, eventTimeField and idleTimeout make a plain stream's watermark; "
+                         "a batch read reads what is there and has none: read it with readStream")
 
 
 # ------------------------------------------------------------------------------------ offsets in Spark's log
@@ -149,7 +177,7 @@ class PlainBatchReader(DataSourceReader):
     """``spark.read.format("controlmsg").option("envelope", "none")``: see the module docstring."""
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
-        _refuse_watermark(schema)
+        _refuse_watermark(schema, options)
         batch_builder(schema, options)  # refuse a schema that cannot be built, at planning time
         self.opts = options
         self.schema = schema
@@ -180,7 +208,8 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     Runs on the driver."""
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
-        _refuse_watermark(schema)
+        self._rule = rule_of(options, schema)  # None: no watermark of ours (Spark's withWatermark)
+        self._ticks = self._rule is not None and META_CONTROL in schema.fieldNames()
         batch_builder(schema, options)
         pos = plain_positions(options)
         if pos.ending_given:
@@ -194,6 +223,9 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_trigger = 0.0  # minOffsetsPerTrigger: when the last micro-batch was planned (monotonic s)
         self._planned: dict[str, Any] | None = None  # what latestOffset returned last: reportLatestOffset's start
         self._latest: dict[str, LatestOffsets] = {}  # by topic
+        self._available_now = False
+        self._scan = DriverScan(options, event_time_reader(options, schema)) if self._rule is not None else None
+        self._status: WatermarkStatus[PartitionRef] | None = None  # the watermark at the micro-batch just planned
 
     def initialOffset(self) -> dict[str, Any]:
         consumer = self._open()
@@ -204,12 +236,21 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         consumer = self._open()
         spans = partition_spans(self.opts, consumer, discover_partitions(self.opts, consumer, wait=True))
         self._target = {tp: hi for tp, (_, hi) in spans.items()}
+        self._available_now = True
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_offsets_per_trigger
         return ReadAllAvailable() if n is None else ReadMaxRows(n)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        if start.get("settle"):
+            # The last micro-batch moved the watermark (its watermark row); Spark applies a watermark in the
+            # micro-batch after the one that moved it, and under availableNow the query could end first. So
+            # one micro-batch that reads nothing comes now.
+            settled = {k: v for k, v in start.items() if k not in ("settle", "from")}
+            settled["groups"] = []
+            self._planned = settled
+            return settled
         opts = self.opts
         pos = plain_positions(opts)
         logged = _positions(start, opts)
@@ -241,13 +282,23 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start  # wait for more (minOffsetsPerTrigger), at most maxTriggerDelay since the last one
         if isinstance(limit, ReadMaxRows):
             end = _limited(reading, end, limit.max_rows)
+        state = self._watermark(start, reading, end)  # with maxWatermarkDrift, cuts end where partitions run ahead
         ended = (opts.available_now_ends and self._target is not None
                  and all(end[tp] >= self._target.get(tp, 0) for tp in end))
-        if end == logged and not (ended and not start.get("ended")):
+        if state is not None and ended:
+            finished(state)
+        moved_mark = state is not None and state.watermark != watermark_at(start)
+        if end == logged and not (ended and not start.get("ended")) and not moved_mark:
             self._planned = start
             return start  # nothing new (under availableNow: the query ends)
         self._last_trigger = time.monotonic()
         offset = _offset(end, ended=ended)
+        if state is not None:
+            offset[STATE_KEY] = state.snapshot()
+            if self._ticks:  # the stream gives watermark rows: the writer checks Spark's watermark follows them
+                offset[WATERMARK_ROWS_KEY] = True
+                if self._available_now and moved_mark:
+                    offset["settle"] = True
         moved = {tp: at for tp, at in reading.items() if at != logged.get(tp)}
         if moved:
             offset["from"] = _offset(moved, ended=False)["offsets"]
@@ -256,6 +307,25 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         offset["groups"] = [[t, ps] for t, ps in plain_groups(reading, end, opts)]
         self._planned = offset
         return offset
+
+    def _watermark(self, start: dict[str, Any], reading: Mapping[PartitionRef, int],
+                   end: dict[PartitionRef, int]) -> PartitionWatermarks[PartitionRef] | None:
+        """The watermark's state at ``end``: the one of ``start`` (new at the query's first micro-batch) fed
+        the event times of the records from ``reading`` to ``end``, moved by the clock; ``None`` when the read
+        makes no watermark. With ``maxWatermarkDrift``, ``end`` is cut (in place) where partitions run ahead."""
+        if self._rule is None or self._scan is None:
+            return None
+        began = time.monotonic()
+        state: PartitionWatermarks[PartitionRef] = (state_of(start, self._rule, self.opts.topic)
+                                                    or PartitionWatermarks(self._rule))
+        state.track(end, epoch_ms())
+        records, cut = self._scan.scan({tp: (reading[tp], end[tp]) for tp in end}, state, epoch_ms)
+        end.update(cut)
+        self._status = state.advance(epoch_ms())
+        if self.opts.log_phases:
+            log_phase("scan", self.opts.topic, ms=round((time.monotonic() - began) * 1000, 1), records=records,
+                      stop="end", moved=state.watermark != watermark_at(start), settle=False)
+        return state
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """The partitions' end offsets now and the lag behind them of the micro-batch just planned, for
@@ -267,19 +337,22 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         by_topic: dict[str, dict[int, int]] = {}
         for (topic, partition), at in _positions(self._planned, self.opts).items():
             by_topic.setdefault(topic, {})[partition] = at
+        marks = watermark_metrics(self._status) if self._rule is not None else {}
+        if marks and watermark_at(self._planned) is not None:
+            marks["watermark"] = str(watermark_at(self._planned))
         if len(by_topic) == 1:
             ((topic, consumed),) = by_topic.items()
             ask = self._latest_of(topic)
-            return lag_report(topic, lambda parts: ask(parts, REPORT_TIMEOUT_S), consumed)
+            return lag_report(topic, lambda parts: ask(parts, REPORT_TIMEOUT_S), consumed, metrics=marks)
         names = ",".join(sorted(by_topic))
         try:
             latest = {t: self._latest_of(t)(sorted(c), REPORT_TIMEOUT_S) for t, c in sorted(by_topic.items())}
         except ControlMsgError as exc:
-            return {"source": SOURCE, "topic": names, "metrics": {"latestOffsetsError": str(exc)}}
+            return {"source": SOURCE, "topic": names, "metrics": {**marks, "latestOffsetsError": str(exc)}}
         tps = [(t, p) for t in sorted(latest) for p in sorted(latest[t])]
         lag = lag_metrics({i: by_topic[t].get(p, latest[t][p]) for i, (t, p) in enumerate(tps)},
                           {i: latest[t][p] for i, (t, p) in enumerate(tps)})
-        return {"source": SOURCE, "topic": names, "metrics": lag,
+        return {"source": SOURCE, "topic": names, "metrics": {**marks, **lag},
                 "offsets": {t: {str(p): o for p, o in sorted(ends.items())} for t, ends in latest.items()}}
 
     def _latest_of(self, topic: str) -> LatestOffsets:
@@ -292,7 +365,21 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         moved = end.get("from")  # partitions read from elsewhere than the start offset (see latestOffset)
         if isinstance(moved, dict):
             begin.update({(t, int(p)): int(o) for t, parts in moved.items() for p, o in parts.items()})
-        return _plan(begin, _positions(end, self.opts), self.opts, _logged_groups(end, self.opts))
+        planned = _plan(begin, _positions(end, self.opts), self.opts, _logged_groups(end, self.opts))
+        if self._rule is None:
+            return planned
+        # Every row of the micro-batch carries the watermark in force when it began; the watermark row, the
+        # one at its end when it moved (see controlmsg.spark.reading.plain_watermark).
+        mark = watermark_at(start)
+        for part in planned:
+            part.watermark = mark
+        row = tick(start, end) if self._ticks else None
+        if row is not None:
+            if not planned:
+                first = sorted(_positions(end, self.opts))[0][0] if _positions(end, self.opts) else self.opts.topic
+                planned.append(PlainRanges(first, []))
+            planned[0].tick = row
+        return planned
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, PlainRanges)
@@ -302,6 +389,8 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass  # the position lives in Spark's offset log
 
     def stop(self) -> None:
+        if self._scan is not None:
+            self._scan.close()
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None

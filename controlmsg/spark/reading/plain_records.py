@@ -14,7 +14,7 @@ from confluent_kafka import Message
 from pyspark.sql.types import StructType
 
 from controlmsg.kafka.data_records import DataColumns
-from controlmsg.spark.batches import batch_builder
+from controlmsg.spark.batches import batch_builder, tick_batch
 from controlmsg.spark.options import ReadOptions
 from controlmsg.spark.read_schema import Mark
 from controlmsg.spark.reading.consuming import read_ranges
@@ -36,16 +36,24 @@ def read_plain_ranges(opts: ReadOptions, schema: StructType, part: PlainRanges) 
     kept as it is. End-of-partition events are on: the last offsets may be transaction markers or aborted
     records, which ``read_committed`` does not deliver."""
     task_opts = dataclasses.replace(opts, topic=part.topic)
-    build, _ = batch_builder(schema, task_opts)
-    yield from read_ranges(task_opts, build, part.ranges, PlainRecords(), eof=True)
+    build, marked = batch_builder(schema, task_opts)
+    if part.ranges:
+        mark: Mark | None = (part.watermark, None) if marked else None
+        yield from read_ranges(task_opts, build, part.ranges, PlainRecords(mark), eof=True)
+    if part.tick is not None:
+        yield tick_batch(schema, part.tick)
 
 
 class PlainRecords:
     """The plain reader's :class:`~controlmsg.spark.reading.consuming.RangeRecords`: every record is a row, its
-    value the whole payload (a record without one: empty bytes)."""
+    value the whole payload (a record without one: empty bytes). ``mark``: every row's ``_watermark`` and
+    ``_partition_watermark`` (a stream read for ``with_watermark``: the watermark in force when its
+    micro-batch began, and null; :mod:`controlmsg.spark.reading.plain_watermark`); ``None``: the schema has
+    no watermark field."""
 
-    def __init__(self) -> None:
+    def __init__(self, mark: Mark | None = None) -> None:
         self._rows = DataColumns()
+        self._mark = mark
 
     def take(self, messages: list[Any]) -> int:
         rows = self._rows
@@ -59,4 +67,4 @@ class PlainRecords:
 
     def drain(self) -> tuple[DataColumns, list[Mark] | None]:
         rows, self._rows = self._rows, DataColumns()
-        return rows, None
+        return rows, None if self._mark is None else [self._mark] * len(rows)

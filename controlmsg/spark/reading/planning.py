@@ -65,12 +65,17 @@ class StreamRange(InputPartition):
 
 class PlainRanges(InputPartition):
     """One plain-topic task's share (:mod:`controlmsg.spark.reading.plain_readers`): partitions of one ``topic`` with
-    their ``[start, end)`` offsets."""
+    their ``[start, end)`` offsets. A stream that makes a watermark (:mod:`controlmsg.spark.reading.plain_watermark`)
+    sets ``watermark``, every row's ``_watermark`` (epoch ms; ``None``: undefined), and on one task ``tick``,
+    the ``_watermark`` of the watermark row it adds after its records."""
 
-    def __init__(self, topic: str, ranges: Sequence[tuple[int, int, int]]) -> None:
+    def __init__(self, topic: str, ranges: Sequence[tuple[int, int, int]], watermark: int | None = None,
+                 tick: int | None = None) -> None:
         super().__init__((topic, tuple(ranges)))
         self.topic = topic
         self.ranges = tuple(ranges)
+        self.watermark = watermark
+        self.tick = tick
 
 
 _Key = TypeVar("_Key", int, PartitionRef)
