@@ -58,11 +58,11 @@ SPARK_IMAGE: Final = f"controlmsg/spark:{SPARK_VERSION}"
 DEBIAN_BASE: Final = "controlmsg/debian:bookworm"
 """The base :func:`ensure_debian_base` makes (``docker-compose.yml`` reads it from ``CONTROLMSG_BASE_IMAGE``)."""
 _TAG_DIGITS = 16
-_SPARK_CONTEXT: Final = ("docker/spark/requirements.txt", ".dockerignore", "controlmsg/__init__.py",
-                         "controlmsg/errors.py", "controlmsg/lazy.py", "controlmsg/paths.py", "controlmsg/core",
-                         "controlmsg/spark/__init__.py", "controlmsg/spark/class_archive.py")
+_SPARK_CONTEXT: Final = ("docker/spark/requirements.txt", ".dockerignore", "controlmsg/paths.py",
+                         "controlmsg/spark/class_archive.py")
 """What the Spark image's build reads from the project (/.dockerignore sends the same): its dependencies and
-what building the class archive imports. The rest of the code is mounted when the containers run."""
+the class archive's builder with the cache path it imports (both import the standard library alone). The rest
+of the code is mounted when the containers run, so a change there builds nothing."""
 
 _SUITE = "bookworm"
 # What debian:bookworm-slim's sources name: the release, its updates and its security updates.
