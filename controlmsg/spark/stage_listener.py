@@ -20,10 +20,12 @@ every query it followed has had its last round written, up to :data:`EXIT_WAIT_S
 unreachable) is said on stderr in one line, and the next progress writes a round that says all there is.
 
 A driver started again after the query's last micro-batch (killed before that micro-batch's round was
-written) runs nothing and gets no progress: the listener then writes the round of the last micro-batch the
-query's checkpoint holds as committed (:func:`~controlmsg.spark.stage.checkpoint_progress`), the end of stream
-when its input had ended. Such a query ends at once, so the listener takes hold of it in ``onQueryStarted``,
-which Spark calls on the query's own thread before it runs anything.
+written) runs nothing. Spark reports that trigger under the id of the micro-batch it would have run; the
+round written from it is that of the last committed micro-batch (:func:`~controlmsg.spark.stage.round_batch`),
+the end of stream when its input had ended. A query that ends with no progress at all gets the round of the
+last micro-batch its checkpoint holds as committed (:func:`~controlmsg.spark.stage.checkpoint_progress`).
+Such a query ends at once, so the listener takes hold of it in ``onQueryStarted``, which Spark calls on the
+query's own thread before it runs anything.
 
 Spark Connect: the client has no JVM to read a query's sink options from, so nothing is followed there; the
 sink's first commit then fails the query in one line that names ``await_stage`` (never a silent stage).
