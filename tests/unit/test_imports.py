@@ -308,12 +308,16 @@ print("ok")
 
 def test_the_spark_image_builds_the_class_archive_from_what_it_copies(tmp_path: Path) -> None:
     """The Dockerfile's COPY lines, /.dockerignore's allow-list and the image's inputs
-    (``controlmsg.clusters.images._SPARK_CONTEXT``) name the same files of controlmsg, and those files alone
-    import ``controlmsg.spark.class_archive`` without pyspark."""
+    (``controlmsg.clusters.images._SPARK_CONTEXT``) name the same files of controlmsg, and those files alone,
+    under the empty package roots the Dockerfile makes, import ``controlmsg.spark.class_archive`` without
+    pyspark."""
+    dockerfile = (ROOT / "docker" / "spark" / "Dockerfile").read_text()
+    roots = ("controlmsg/__init__.py", "controlmsg/spark/__init__.py")
+    assert "touch " + " ".join(f"/tmp/archive/{root}" for root in roots) in dockerfile
     from controlmsg.clusters.images import _SPARK_CONTEXT
 
     copied: set[str] = set()
-    for line in (ROOT / "docker" / "spark" / "Dockerfile").read_text().splitlines():
+    for line in dockerfile.splitlines():
         words = line.split()
         if words[:1] == ["COPY"]:
             copied.update(w.rstrip("/") for w in words[1:-1] if w.startswith("controlmsg"))
@@ -328,6 +332,8 @@ def test_the_spark_image_builds_the_class_archive_from_what_it_copies(tmp_path: 
             shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy(source, target)
+    for root in roots:
+        (tmp_path / root).touch()
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     proc = subprocess.run([sys.executable, "-c", ARCHIVE_ALONE, str(tmp_path)], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=60, check=False)
