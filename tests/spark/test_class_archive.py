@@ -33,24 +33,33 @@ def test_the_test_session_driver_runs_with_the_archive(spark: SparkSession) -> N
     assert f"-XX:SharedArchiveFile={path}" in arguments, arguments
 
 
-def test_a_driver_loads_spark_classes_from_the_archive(tmp_path: Path) -> None:
-    """A new application started by spark_session() maps Spark's own classes from the archive: the JVM's
-    class-load log names the archive ("shared objects file (top)": the dynamic archive) as their source."""
-    log = tmp_path / "classes.log"
+SHARED = "source: shared objects file (top)"  # the class-load log's source of a class mapped from the archive
+
+
+def class_loads(log: Path, master: str, key: str, action: str) -> list[str]:
+    """The class-load log lines of the JVMs whose options ``key`` names (``spark.driver.extraJavaOptions`` or
+    ``spark.executor.extraJavaOptions``), from a new application on ``master`` made by spark_session() in a
+    child process (the archive on, whatever the environment says) that runs ``action`` on ``spark``."""
     script = textwrap.dedent(f"""
         from controlmsg.spark import spark_session
-        spark = spark_session("local[1]", "class-archive-test",
-                              conf={{"spark.driver.extraJavaOptions": "-Xlog:class+load=info:file={log}"}})
-        assert spark.range(10).count() == 10
+        spark = spark_session({master!r}, "class-archive-test", conf={{{key!r}: "-Xlog:class+load=info:file={log}"}})
+        {action}
         spark.stop()
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300,
                           env={k: v for k, v in os.environ.items() if k != ENV})
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
-    lines = log.read_text(errors="replace").splitlines()
+    return log.read_text(errors="replace").splitlines()
+
+
+def test_a_driver_loads_spark_classes_from_the_archive(tmp_path: Path) -> None:
+    """A new application started by spark_session() maps Spark's own classes from the archive: the JVM's
+    class-load log names the archive ("shared objects file (top)": the dynamic archive) as their source."""
+    lines = class_loads(tmp_path / "classes.log", "local[1]", "spark.driver.extraJavaOptions",
+                        "assert spark.range(10).count() == 10")
     context = [line for line in lines if " org.apache.spark.SparkContext " in line]
-    assert context and "source: shared objects file (top)" in context[0], context
-    shared = sum("shared objects file (top)" in line for line in lines)
+    assert context and SHARED in context[0], context
+    shared = sum(SHARED in line for line in lines)
     assert shared > 5000, f"only {shared} of {len(lines)} classes came from the archive"
 
 
@@ -59,21 +68,12 @@ def test_an_executor_of_a_cluster_on_this_machine_loads_spark_classes_from_the_a
     archive too, and an executor (here of Spark's local-cluster master, a worker on this machine) maps most
     of its classes from it: those a driver loads too (5,419 of 7,905 measured; its backend's own are not in
     an archive made by a local driver)."""
-    log = tmp_path / "executor-classes.log"
-    script = textwrap.dedent(f"""
-        from controlmsg.spark import spark_session
-        spark = spark_session("local-cluster[1,1,1024]", "class-archive-executor-test",
-                              conf={{"spark.executor.extraJavaOptions": "-Xlog:class+load=info:file={log}"}})
-        assert spark.sparkContext.parallelize(range(10), 2).map(lambda x: x + 1).sum() == 55
-        spark.stop()
-    """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300,
-                          env={k: v for k, v in os.environ.items() if k != ENV})
-    assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
-    lines = log.read_text(errors="replace").splitlines()
+    lines = class_loads(tmp_path / "executor-classes.log", "local-cluster[1,1,1024]",
+                        "spark.executor.extraJavaOptions",
+                        "assert spark.sparkContext.parallelize(range(10), 2).map(lambda x: x + 1).sum() == 55")
     conf = [line for line in lines if " org.apache.spark.SparkConf " in line]
-    assert conf and "source: shared objects file (top)" in conf[0], conf
-    shared = sum("shared objects file (top)" in line for line in lines)
+    assert conf and SHARED in conf[0], conf
+    shared = sum(SHARED in line for line in lines)
     assert shared > 4000, f"only {shared} of {len(lines)} classes came from the archive"
 
 
