@@ -31,11 +31,13 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import unquote, urlparse
 
+from controlmsg.core.messages import MAX_TIMESTAMP
+from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import CheckpointError, WatermarkNotFollowed
 
 __all__ = ["END_OF_TIME_MS", "WATERMARK_ROWS_KEY", "StageProgress", "check_offset_log_follows",
            "check_watermark_follows", "offset_ended", "offset_entry", "offset_log_dir", "offset_reconciled", "query_id",
-           "sources_reconciled", "stage_progress"]
+           "sources_give_rows", "sources_reconciled", "stage_progress"]
 
 END_OF_TIME_MS: Final = 253_402_300_799_999
 """9999-12-31T23:59:59.999Z, Spark's largest timestamp in ms: the ``_watermark`` of the end of stream, and so
@@ -68,6 +70,25 @@ class StageProgress:
     over them; :data:`END_OF_TIME_MS` once ended), when every source is a controlmsg stream with watermark
     rows that has one; else ``None``. :func:`with_watermark` makes Spark's watermark in the next micro-batch
     exactly this (:func:`check_watermark_follows`)."""
+    watermark_rows: bool = False
+    """Whether a source gives watermark rows (a controlmsg stream read for :func:`with_watermark`): Spark's
+    watermark then follows the reconciled one, and :meth:`forwarded` takes nothing else."""
+
+    def forwarded(self, max_event_time: int | None, allowed_lateness_ms: int) -> int | None:
+        """The watermark a stage may forward after this micro-batch (ms), before its floor (the last one
+        written) is applied; ``None``: nothing to forward yet.
+
+        Spark's watermark in force when the query has one (>0). Before it (a query's first micro-batch, or
+        before its inputs' first reconciled watermark), a query on :func:`with_watermark` forwards nothing:
+        its input's reconciled watermark is not known to have passed anything, and the largest event time
+        seen may run ahead of it (a slow input's, a slow task's records are still to come). Only a query
+        without watermark rows falls back to the weaker rule, ``max_event_time`` minus
+        ``allowed_lateness_ms`` (documented as such: docs/SPARK.md)."""
+        if self.watermark > 0:
+            return min(self.watermark, MAX_TIMESTAMP - 1)
+        if self.watermark_rows or max_event_time is None:
+            return None
+        return WatermarkPolicy(allowed_lateness_ms).watermark_for(max_event_time)
 
 
 def local_path(location: str) -> Path | None:
@@ -119,7 +140,7 @@ def stage_progress(root: Path, batch_id: int, topic: str) -> StageProgress:
                               f"micro-batch runs, so the checkpoint is not where the writer looks, {_WEAKER}") from exc
     watermark, sources = offset_entry(lines, where, _WEAKER)
     return StageProgress(watermark, bool(sources) and all(offset_ended(offset) for offset in sources),
-                         (root / "state").is_dir(), sources_reconciled(sources))
+                         (root / "state").is_dir(), sources_reconciled(sources), sources_give_rows(sources))
 
 
 def offset_entry(lines: list[str], where: str, otherwise: str) -> tuple[int, list[str]]:
@@ -146,6 +167,19 @@ def sources_reconciled(offsets: list[str]) -> int | None:
     marks = [offset_reconciled(offset) for offset in offsets]
     known = [mark for mark in marks if mark is not None]
     return min(known) if known and len(known) == len(marks) else None
+
+
+def sources_give_rows(offsets: list[str]) -> bool:
+    """Whether a source's offset (JSON text) says it gives watermark rows (:data:`WATERMARK_ROWS_KEY`)."""
+    return any(_gives_rows(offset) for offset in offsets)
+
+
+def _gives_rows(line: str) -> bool:
+    try:
+        offset = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(offset, dict) and offset.get(WATERMARK_ROWS_KEY) is True
 
 
 def offset_reconciled(line: str) -> int | None:

@@ -55,14 +55,20 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from controlmsg.core.messages import MAX_TIMESTAMP, EndOfStreamMessage, WatermarkMessage
+from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
 from controlmsg.core.naming import stage_transactional_id
-from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import ControlMsgError
 from controlmsg.kafka.admin import wait_for_topic
 from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
 from controlmsg.spark.options import STAGE_PROGRESS_DRIVER, WriteOptions
-from controlmsg.spark.query_log import END_OF_TIME_MS, StageProgress, offset_ended, offset_entry
+from controlmsg.spark.query_log import (
+    END_OF_TIME_MS,
+    StageProgress,
+    offset_ended,
+    offset_entry,
+    sources_give_rows,
+    sources_reconciled,
+)
 from controlmsg.spark.writing.run_control import FOLLOWED_RUN, run_status, upstream_of
 
 if TYPE_CHECKING:
@@ -108,9 +114,9 @@ def progress_of(progress: Mapping[str, Any]) -> StageProgress:
     mark = (progress.get("eventTime") or {}).get("watermark")
     sources = progress.get("sources") or []
     ends = [source.get("endOffset") for source in sources]
-    return StageProgress(_epoch_ms(mark) if mark else 0,
-                         bool(ends) and all(offset_ended(_as_text(end)) for end in ends),
-                         bool(progress.get("stateOperators")))
+    texts = [_as_text(end) for end in ends]
+    return StageProgress(_epoch_ms(mark) if mark else 0, bool(texts) and all(offset_ended(end) for end in texts),
+                         bool(progress.get("stateOperators")), sources_reconciled(texts), sources_give_rows(texts))
 
 
 def stage_status(options: WriteOptions | Mapping[str, str]) -> dict[str, Any] | None:
@@ -179,8 +185,7 @@ def write_stage_round(options: WriteOptions | Mapping[str, str], progress: Mappi
             found.append({**marker, "ended": True})
             return [EndOfStreamMessage(name, 1, opts.run_id, generation=generation)], found[-1]
         top = sink.get("maxEventTime")
-        candidate = (min(facts.watermark, MAX_TIMESTAMP - 1) if facts.watermark > 0 else
-                     WatermarkPolicy(opts.allowed_lateness_ms).watermark_for(int(top)) if top is not None else None)
+        candidate = facts.forwarded(None if top is None else int(top), opts.allowed_lateness_ms)
         mark = previous if candidate is None else candidate if previous is None else max(previous, candidate)
         found.append({**marker, "watermark": mark})
         if mark is None or mark == previous:

@@ -16,7 +16,8 @@ so ``await_stage`` beside it changes nothing).
 Spark delivers listener events after the fact, on its own thread: ``awaitTermination()`` returns before the
 progress of the last micro-batch reaches the listener. So the rounds are written on a thread of their own,
 in order, and a driver program that ends right after ``awaitTermination()`` waits at exit (``atexit``) until
-every query it followed has had its last round written, up to :data:`EXIT_WAIT_S`. A round that fails (Kafka
+every query it followed has had its last round written, up to :data:`EXIT_WAIT_S`, and then takes the listener
+off the session (the JVM would otherwise call the gone Python with the last progress events). A round that fails (Kafka
 unreachable) is said on stderr in one line, and the next progress writes a round that says all there is.
 
 A driver started again after the query's last micro-batch (killed before that micro-batch's round was
@@ -34,6 +35,7 @@ sink's first commit then fails the query in one line that names ``await_stage`` 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import queue
 import sys
 import threading
@@ -98,12 +100,20 @@ class StageListener(StreamingQueryListener):
         self._lock = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="controlmsg-stage-listener", daemon=True)
         self._thread.start()
-        atexit.register(self.drain, EXIT_WAIT_S)
+        atexit.register(self._at_exit)
+
+    def _at_exit(self) -> None:
+        """The program ends: wait for the last rounds (:meth:`drain`), then take the listener off the session,
+        so that the JVM, which still reports the queries' last progress as it shuts down, calls no Python
+        that has gone (Spark would log each such call as an ERROR with a stack trace)."""
+        self.drain(EXIT_WAIT_S)
+        with contextlib.suppress(Exception):  # the session or its JVM is already stopped: nothing will call
+            self._spark.streams.removeListener(self)
 
     def close(self, timeout: float = EXIT_WAIT_S) -> None:
         """Stop: the events queued before are still written, then the thread ends (waited for up to
         ``timeout`` seconds), and the ``atexit`` hook goes. For a listener already taken off the session."""
-        atexit.unregister(self.drain)
+        atexit.unregister(self._at_exit)
         self._events.put(("closed", "", None))
         self._thread.join(timeout)
 
@@ -131,7 +141,8 @@ class StageListener(StreamingQueryListener):
         self._events.put(("terminated", str(event.id), event.exception))
 
     def drain(self, timeout: float) -> bool:
-        """Wait until every query this listener saw start has terminated and had its last round written, or
+        """Wait until every query this listener saw start that has terminated in the JVM has had its
+        termination heard here (after its last progress) and, when followed, its last round written, or
         ``timeout`` seconds; returns whether all were. The ``atexit`` hook; queries still running are not
         waited for beyond ``timeout`` (the JVM ends with the program)."""
         deadline = time.monotonic() + timeout
@@ -165,7 +176,7 @@ class StageListener(StreamingQueryListener):
                       f"{kind} event of query {query_id} was not written: {type(exc).__name__}: {exc}",
                       file=sys.stderr)
             finally:
-                if kind == "terminated" or (kind == "started" and query_id not in self._followed):
+                if kind == "terminated":  # every query's: the JVM has nothing more of it to call Python with
                     with self._lock:
                         self._open.discard(query_id)
                         self._lock.notify_all()

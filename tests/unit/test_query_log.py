@@ -118,3 +118,23 @@ def test_progress_timestamps_read_back_exactly_to_the_end_of_time(ms: int) -> No
     assert _epoch_ms(text.replace("+00:00", "Z")) == ms
     assert _iso_ms(ms) == text.replace("+00:00", "Z")
     assert progress_of({"eventTime": {"watermark": _iso_ms(ms)}, "sources": []}).watermark == ms
+
+
+def test_before_sparks_first_watermark_a_stage_on_with_watermark_forwards_nothing(tmp_path: Path) -> None:
+    """A query's first micro-batch (Spark's watermark 0) on :func:`with_watermark`: the largest event time seen
+    may be ahead of what an input (a slow one, a slow task) has promised, so nothing is forwarded until Spark's
+    watermark, which is the reconciled one. Only a query without watermark rows takes the weaker rule."""
+    no_rows = json.dumps({"bookkeeping": {"streamEnded": False, "emittedWatermark": 600_000}})
+    entry(tmp_path, 0, "v1", json.dumps({"batchWatermarkMs": 0}), controlmsg_offset(600_000), no_rows)
+    entry(tmp_path, 1, "v1", json.dumps({"batchWatermarkMs": 600_000}), controlmsg_offset(600_000))
+    entry(tmp_path, 2, "v1", json.dumps({"batchWatermarkMs": 0}), no_rows)
+    first, second, plain = (stage_progress(tmp_path, b, "t") for b in (0, 1, 2))
+    assert first.watermark_rows and not plain.watermark_rows
+    assert first.forwarded(1_170_000, 0) is None
+    assert second.forwarded(1_170_000, 0) == 600_000
+    assert plain.forwarded(1_170_000, 10_000) == 1_160_000  # largest event time minus allowedLateness
+    assert plain.forwarded(None, 0) is None
+    # The same facts from a progress, as the driver program's rounds read them (stageProgress driver)
+    progress = {"eventTime": {}, "sources": [{"endOffset": json.loads(controlmsg_offset(600_000))}]}
+    assert progress_of(progress).forwarded(1_170_000, 0) is None
+    assert progress_of({**progress, "eventTime": {"watermark": _iso_ms(600_000)}}).forwarded(1_170_000, 0) == 600_000

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from controlmsg.core.messages import MAX_TIMESTAMP, EndOfStreamMessage, WatermarkMessage
+from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
 from controlmsg.core.naming import driver_transactional_id, task_name, transactional_id
 from controlmsg.core.watermarks import WatermarkPolicy
 from controlmsg.errors import ControlMsgError
@@ -177,12 +177,10 @@ class StreamWriter(DataSourceStreamArrowWriter):
             if ending:
                 return [EndOfStreamMessage(name, 1, opts.run_id, generation=generation)], {**status, "ended": True}
             mark = previous
-            if stage is not None and stage.watermark > 0:
-                candidate: int | None = min(stage.watermark, MAX_TIMESTAMP - 1)
-            elif top is not None:
-                candidate = WatermarkPolicy(opts.allowed_lateness_ms).watermark_for(top)
-            else:
-                candidate = None
+            if stage is not None:
+                candidate = stage.forwarded(top, opts.allowed_lateness_ms)
+            else:  # stageProgress eventTime: the weaker rule
+                candidate = None if top is None else WatermarkPolicy(opts.allowed_lateness_ms).watermark_for(top)
             if candidate is not None:
                 mark = candidate if previous is None else max(previous, candidate)
             # A new generation's first round is written even at the same watermark: it replaces the old tasks.
