@@ -18,25 +18,34 @@ Connect builder itself, so it runs beside the classic session of the other Spark
 from __future__ import annotations
 
 import os
+import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from controlmsg.clusters.connect import ConnectServer, start_server, stop_server
+from controlmsg.clusters.job_group import JobGroup
+from controlmsg.core.events import StreamEnded, WatermarkAdvanced
+from controlmsg.kafka import ControlReader, ControlWriter
+from controlmsg.kafka.data_records import DataRecord
 from controlmsg.spark import WATERMARK_COLUMNS, observed_counts, register, source_metrics, with_watermark
 from tests.spark.helpers import make_rows, options
+from tests.spark.jobs import kill9
 from tests.spark.test_event_time import Upstream, windows
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 ROWS_SCHEMA = "user string, ts long, amount long, score double, note string"
 WAIT_S = 180
+T0 = 1_767_225_600_000
 
 
 @pytest.fixture(scope="module")
@@ -194,3 +203,66 @@ def test_a_stateful_stage_on_the_reconciled_watermark(
     counts = [c for c in map(observed_counts, progress) if c is not None]
     assert counts and sum(c["late_rows"] for c in counts) == 0
     assert sum(c["watermark_rows"] for c in counts) >= 1, "watermark rows reached the watermark node"
+
+
+@pytest.mark.beside  # a client program, killed and started again: about 40 s, in the second lane
+def test_a_stage_whose_connect_client_went_away_fails_in_one_line_and_a_new_client_ends_it(
+        connect_server: ConnectServer, bootstrap_servers: str, kafka_config: dict[str, Any],
+        new_topic: Callable[..., str], tmp_path: Path) -> None:
+    """A Connect client follows its stage (``stageProgress driver``, ``await_stage``) and is killed: the query
+    runs on in the server with nothing writing its rounds. Its sink sees the follower's round stand still while
+    micro-batches commit, and fails the query after ``timeout`` in one line (it used to run on unfollowed until
+    the server dropped the session). The client program started again ends the stream: every record once,
+    then the end of stream."""
+    source, sink = new_topic(2), new_topic(2)
+    writers = [ControlWriter(kafka_config, source, task_name=f"t{t}", task_count=2, run_id="r1") for t in range(2)]
+    sent: Counter[tuple[str, int, int]] = Counter()
+
+    def write(minute: int, *, end: bool = False) -> None:
+        for t, writer in enumerate(writers):
+            record = (f"u{minute % 3}", T0 + minute * 60_000 + t, minute * 2 + t)
+            writer.send({"user": record[0], "ts": record[1], "amount": record[2]}, key=record[0])
+            sent[record] += 1
+            if end:
+                writer.send_end_of_stream()
+            else:
+                writer.send_watermark(T0 + (minute + 1) * 60_000)
+            writer.flush()
+
+    command = [sys.executable, "-m", "tests.spark.connect_stage_driver", "--remote", connect_server.url,
+               "--input", source, "--output", sink, "--checkpoint", str(tmp_path / "ck"),
+               "--bootstrap-servers", bootstrap_servers, "--timeout", "10"]
+    refusal = "has written no stage round after micro-batch"
+    jobs = JobGroup(tmp_path, env={k: v for k, v in os.environ.items() if k != "SPARK_CONNECT_MODE_ENABLED"})
+    items: list[Any] = []
+    try:
+        for minute in range(3):
+            write(minute)
+        jobs.start("client", command)
+        with ControlReader(kafka_config, sink, run_id="s1", topic_timeout=120) as down:
+            deadline = time.monotonic() + WAIT_S
+            while not any(isinstance(i, WatermarkAdvanced) for i in items):  # the client's rounds come through
+                assert time.monotonic() < deadline, f"no stage round in {WAIT_S} s:\n{jobs['client'].tail()}"
+                items += down.poll(0.5)
+            kill9(jobs, "client")
+            server_log = connect_server.log.read_text(encoding="utf-8", errors="replace").count(refusal)
+            minute = 3
+            while connect_server.log.read_text(encoding="utf-8", errors="replace").count(refusal) == server_log:
+                assert minute < 3 + WAIT_S // 2, "the orphaned query was not failed"
+                write(minute)  # a micro-batch to commit, with nobody following
+                minute += 1
+                items += down.poll(2)
+            jobs.start("client", command)
+            write(minute, end=True)
+            codes = jobs.wait(WAIT_S)
+            assert codes == {"client": 0}, jobs["client"].tail()
+            assert "ended True" in jobs["client"].tail()
+            items += down.read_until_end(timeout=60)
+    finally:
+        jobs.close()
+        for writer in writers:
+            writer.close()
+    got = Counter((r["user"], r["ts"], r["amount"]) for r in
+                  (orjson.loads(i.payload) for i in items if isinstance(i, DataRecord)))
+    assert got == sent, "every record once, across the client's kill and the failed query"
+    assert isinstance(items[-1], StreamEnded)

@@ -14,14 +14,17 @@ from controlmsg.errors import ControlMsgError
 from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
 from controlmsg.spark.options import STAGE_PROGRESS_DRIVER, WriteOptions
 
-__all__ = ["FOLLOWED_RUN", "UPSTREAM_DRIVER", "await_follower", "end_stream", "refuse_ended", "run_status",
-           "upstream_of"]
+__all__ = ["FOLLOWED_RUN", "FOLLOWER_SEEN", "UPSTREAM_DRIVER", "await_follower", "end_stream", "follower_seen",
+           "next_follower_seen", "refuse_ended", "run_status", "upstream_of"]
 
 UPSTREAM_DRIVER: Final = "driver"
 """The driver's marker says ``"upstream": "driver"``: the driver is the run's one upstream task."""
 FOLLOWED_RUN: Final = "followedRun"
 """With ``stageProgress driver``: in the stage marker, the query run that a driver program's follower claimed
 (:func:`controlmsg.spark.stage.claim_stage`); in the sink's marker, the run whose claim the sink has seen."""
+FOLLOWER_SEEN: Final = "followerSeen"
+"""With ``stageProgress driver``, in the sink's marker: ``[query run, micro-batch, epoch ms]``, the last stage
+round's micro-batch the sink has seen its follower write, and since when (:func:`next_follower_seen`)."""
 _CLAIM_POLL_S: Final = 0.5
 
 
@@ -47,6 +50,45 @@ def await_follower(opts: WriteOptions, query_run: str) -> None:
         f"program to follow the query: nothing claimed query run {query_run} within {opts.timeout:g} s (timeout), "
         "so nothing would write its watermark or end of stream; wait on it with "
         "controlmsg.spark.await_stage(query, options) (or a StageFollower) instead of awaitTermination()")
+
+
+def follower_seen(opts: WriteOptions, query_run: str, batch_id: int, seen: Any, now_ms: int) -> list[Any]:
+    """:func:`next_follower_seen` with the stage round's micro-batch read from the stage marker (one lookup).
+    Called by the sink's commit of micro-batch ``batch_id`` with records, once its run is claimed."""
+    with MarkerStore(dict(opts.config), stage_transactional_id(opts.topic, opts.job, opts.run_id), opts.topic,
+                     opts.timeout) as store:
+        written = int((store.load() or {}).get("batch", -1))
+    return next_follower_seen(seen, query_run, written, batch_id, now_ms, opts)
+
+
+def next_follower_seen(seen: Any, query_run: str, written: int, batch_id: int, now_ms: int,
+                       opts: WriteOptions) -> list[Any]:
+    """Whether the driver program still follows the query, as the sink's commit of micro-batch ``batch_id``
+    (with records) sees it: ``written`` is the micro-batch of the last stage round written (-1: none),
+    ``seen`` what the sink's marker kept of it (:data:`FOLLOWER_SEEN`). Returns what to keep now.
+
+    A follower writes the round of each micro-batch after Spark reports its progress, so at the commit of
+    micro-batch *n* it can have written *n - 1*; it may skip micro-batches (each round says all there is), but
+    while the query commits, it moves. The clock starts again whenever the written round moves, or is *n - 1*,
+    or the query run is another (a restart, whose new follower has not written anything yet). Raises
+    :class:`~controlmsg.errors.ControlMsgError` in one line when the written round has not moved for the option
+    ``timeout`` while the query kept committing: the follower has gone (a Spark Connect client that
+    disconnected, a driver program that stopped waiting), and nothing would write the stage's watermark or end
+    of stream. Failing the query frees its checkpoint for the driver program started again."""
+    fresh = [query_run, written, now_ms]
+    if (not isinstance(seen, list) or len(seen) != 3 or seen[0] != query_run or seen[1] != written
+            or written >= batch_id - 1):
+        return fresh
+    since = int(seen[2])
+    if now_ms - since <= opts.timeout * 1000:
+        return list(seen)
+    raise ControlMsgError(
+        f"topic {opts.topic!r} run {opts.run_id!r}: option stageProgress {STAGE_PROGRESS_DRIVER}: the driver "
+        f"program that follows query run {query_run} has written no stage round after micro-batch {written} for "
+        f"{(now_ms - since) / 1000:.0f} s while the query committed up to micro-batch {batch_id} (timeout "
+        f"{opts.timeout:g} s): it has gone (a Spark Connect client that disconnected, a program that stopped "
+        "waiting), so nothing would write the stage's watermark or end of stream; start the driver program again "
+        "(the query resumes from its checkpoint) and wait with controlmsg.spark.await_stage(query, options)")
 
 
 def refuse_ended(opts: WriteOptions, query: str | None = None) -> dict[str, Any] | None:

@@ -30,8 +30,10 @@ from controlmsg.spark.query_log import (
 from controlmsg.spark.writing.plan import plan_write
 from controlmsg.spark.writing.run_control import (
     FOLLOWED_RUN,
+    FOLLOWER_SEEN,
     UPSTREAM_DRIVER,
     await_follower,
+    follower_seen,
     refuse_ended,
     run_status,
     upstream_of,
@@ -136,6 +138,9 @@ class StreamWriter(DataSourceStreamArrowWriter):
         followed = by_driver and run is not None and (self.marker or {}).get(FOLLOWED_RUN) == run
         if by_driver and run is not None and not followed:
             await_follower(opts, run)  # the first commit of this run of the query: is a driver following it?
+        # ... and at every commit with records: is it still? (A Connect client can go while its query runs.)
+        seen = (follower_seen(opts, run, batchId, (self.marker or {}).get(FOLLOWER_SEEN), int(time.time() * 1000))
+                if by_driver and run is not None and commits else None)
 
         def plan(committed: dict[str, Any] | None) -> Round | None:
             """Decided after fencing, from what the last driver committed: its watermark is the floor."""
@@ -173,7 +178,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
                       "queryRun": run or (committed or {}).get("queryRun"),
                       "maxEventTime": max(tops) if tops else None}
             if by_driver:  # the marker alone: the driver program's rounds take its maxEventTime
-                return [], {**status, FOLLOWED_RUN: run or (committed or {}).get(FOLLOWED_RUN)}
+                return [], {**status, FOLLOWED_RUN: run or (committed or {}).get(FOLLOWED_RUN),
+                            FOLLOWER_SEEN: seen or (committed or {}).get(FOLLOWER_SEEN)}
             if ending:
                 return [EndOfStreamMessage(name, 1, opts.run_id, generation=generation)], {**status, "ended": True}
             mark = previous
