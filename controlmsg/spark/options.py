@@ -137,6 +137,7 @@ OPTION_NAMES: Final = (
     "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "endingOffsets", "endingTimestamp",
     "endingOffsetsByTimestamp", "failOnDataLoss", "minOffsetsPerTrigger", "maxTriggerDelay",
     "eventTimeField", "maxOutOfOrderness", "idleTimeout", "maxWatermarkDrift",  # a plain stream's watermark
+    "groupId",  # a stream's consumed offsets committed to a consumer group, for lag tools
     "minPartitions", "maxRecordsPerPartition",  # format("kafka")'s, refused with their reason
     # format("kafka")'s that have nothing to do here (docs/SPARK.md): accepted, so its options carry over
     "groupIdPrefix", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "kafkaConsumer.pollTimeoutMs",
@@ -393,6 +394,9 @@ class ReadOptions:
     max_watermark_drift_ms: int | None = None
     """Option ``maxWatermarkDrift`` (ms): watermark alignment, a partition whose own watermark runs more than
     this past the read's is read no further until the read's catches up."""
+    group_id: str | None = None
+    """Option ``groupId``: a stream read commits the offsets of each micro-batch it has consumed to this
+    consumer group, for lag tools (:mod:`controlmsg.kafka.group_offsets`); nothing reads from it."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -428,6 +432,7 @@ class ReadOptions:
             max_out_of_orderness_ms=bound_ms,
             idle_timeout_ms=idle_ms,
             max_watermark_drift_ms=drift_ms,
+            group_id=opts.get("groupid") or None,
         )
 
 

@@ -75,6 +75,7 @@ from pyspark.sql.types import StructType
 from controlmsg.core.partition_watermarks import PartitionWatermarks, WatermarkStatus
 from controlmsg.errors import ControlMsgError
 from controlmsg.kafka.admin import LatestOffsets
+from controlmsg.kafka.group_offsets import GroupProgress
 from controlmsg.spark.batches import batch_builder
 from controlmsg.spark.options import ReadOptions
 from controlmsg.spark.phases import log_phase
@@ -226,6 +227,8 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = False
         self._scan = DriverScan(options, event_time_reader(options, schema)) if self._rule is not None else None
         self._status: WatermarkStatus[PartitionRef] | None = None  # the watermark at the micro-batch just planned
+        self._group: GroupProgress | None = None  # option groupId
+        self._reported: dict[PartitionRef, int] = {}  # what was committed to it last
 
     def initialOffset(self) -> dict[str, Any]:
         consumer = self._open()
@@ -243,6 +246,7 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable() if n is None else ReadMaxRows(n)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._report_to_group(start)
         if start.get("settle"):
             # The last micro-batch moved the watermark (its watermark row); Spark applies a watermark in the
             # micro-batch after the one that moved it, and under availableNow the query could end first. So
@@ -386,7 +390,21 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_plain_ranges(self.opts, self.schema, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
-        pass  # the position lives in Spark's offset log
+        pass  # the position lives in Spark's offset log (option groupId: _report_to_group)
+
+    def _report_to_group(self, start: dict[str, Any]) -> None:
+        """Option ``groupId``: commit where the last micro-batch ended (``start`` of the next: Spark asks for
+        it only once that one has run; its own ``commit`` comes a micro-batch later, and never for a query's
+        last) to that consumer group, for lag tools."""
+        if self.opts.group_id is None:
+            return
+        consumed = _positions(start, self.opts)
+        if consumed == self._reported:
+            return
+        if self._group is None:
+            self._group = GroupProgress(dict(self.opts.config), self.opts.group_id)
+        self._group.commit(consumed)
+        self._reported = consumed
 
     def stop(self) -> None:
         if self._scan is not None:
@@ -394,6 +412,9 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        if self._group is not None:
+            self._group.close()
+            self._group = None
 
     def _open(self) -> Consumer:
         if self._consumer is None:

@@ -33,6 +33,7 @@ from controlmsg.core.codec import decode
 from controlmsg.errors import ControlMsgError, Location, ProtocolError, ReadError
 from controlmsg.kafka.admin import LatestOffsets, wait_for_topic, watermark_offsets
 from controlmsg.kafka.fetching import consume_ready
+from controlmsg.kafka.group_offsets import GroupProgress
 from controlmsg.kafka.refusals import check_client
 from controlmsg.kafka.retry import ConsumerErrors
 from controlmsg.spark.batches import batch_builder
@@ -90,6 +91,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: LatestOffsets | None = None
         self._errors = ConsumerErrors()
         self._partitions: list[int] | None = None
+        self._group: GroupProgress | None = None  # option groupId
+        self._reported: dict[tuple[str, int], int] = {}  # what was committed to it last
 
     # ---------------------------------------------------------------- Spark's calls
 
@@ -114,6 +117,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         began = time.monotonic()
         scan = self._resume(start)
+        self._report_to_group(scan)
         if scan.settle:
             # The last micro-batch moved Spark's watermark (its watermark row). Spark applies a watermark in
             # the micro-batch after the one that moved it; under availableNow the next call below may wait
@@ -191,12 +195,32 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                           caught_up=scan.tracker.ended_partitions, metrics=upstream_metrics(scan.tracker))
 
     def commit(self, end: dict[str, Any]) -> None:
-        pass  # the position lives in Spark's offset log; Kafka holds nothing of ours
+        pass  # the position lives in Spark's offset log (option groupId: _report_to_group)
+
+    def _report_to_group(self, scan: _Scan) -> None:
+        """Option ``groupId``: commit what the micro-batches so far consumed (``scan``, where the last one
+        ended: Spark asks for the next one's end only once it has run) to that consumer group, for lag
+        tools. Spark's own ``commit`` comes one micro-batch later, and never for a query's last. A partition
+        read to its end there counts as consumed up to its end (past the transaction markers, which no
+        record follows), so a caught-up stream shows no lag."""
+        if self.opts.group_id is None:
+            return
+        consumed = {(self.opts.topic, p): max(o, self._eof.get(p, o)) if p in self._at_end else o
+                    for p, o in scan.positions.items()}
+        if consumed == self._reported:
+            return
+        if self._group is None:
+            self._group = GroupProgress(dict(self.opts.config), self.opts.group_id)
+        self._group.commit(consumed)
+        self._reported = consumed
 
     def stop(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        if self._group is not None:
+            self._group.close()
+            self._group = None
 
     # ---------------------------------------------------------------- the driver's scan
 
