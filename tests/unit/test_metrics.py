@@ -26,6 +26,7 @@ from controlmsg.metrics.samples import METRICS, Kind, Sample, labels_of, source_
 from controlmsg.metrics.server import Reporter, serve
 from controlmsg.spark.metrics import MetricsListener, progress_samples
 from controlmsg.spark.reading.source_metrics import upstream_metrics
+from controlmsg.streaming.task_metrics import ingest_samples, window_samples
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_767_225_600_000
@@ -190,3 +191,31 @@ def test_without_the_client_library_it_refuses_in_one_line_naming_the_extra() ->
                           timeout=60, check=True)
     assert done.stdout == ("controlmsg's metrics need prometheus-client, which is not installed: "
                            "pip install 'controlmsg[metrics]'\n")
+
+
+def test_a_runtime_tasks_samples_name_the_topic_each_value_is_about() -> None:
+    """The window task's upstream, lag, records and late records are about its input, its own watermark
+    about its output; an ingest task without a lag yet has no lag sample."""
+    tracker = InputTracker([0], run_id="r")
+    tracker.on_control(0, WatermarkMessage(task_name="up-p0", task_count=1, timestamp=T0, run_id="r"))
+    into = labels_of(stage="stream_window", task=1, topic="in")
+    samples = window_samples(1, "in", "out", upstream_progress(tracker), lag=3, records=10, late=2,
+                             output_watermark=T0)
+    assert Sample("controlmsg_watermark_seconds", into, T0 / 1000) in samples
+    assert Sample("controlmsg_lag_records", into, 3) in samples
+    assert Sample("controlmsg_late_records_total", into, 2) in samples
+    assert samples[-1] == Sample("controlmsg_output_watermark_seconds",
+                                 labels_of(stage="stream_window", task=1, topic="out"), T0 / 1000)
+    assert ingest_samples(0, "src", "out", lag=None, records=4, output_watermark=None) == [
+        Sample("controlmsg_records_total", labels_of(stage="stream_ingest", task=0, topic="src"), 4)]
+
+
+def test_the_runtime_jobs_take_a_metrics_port(capsys: pytest.CaptureFixture[str]) -> None:
+    from spark_jobs.runtime import ingest, window
+
+    argv = ["--input-topic", "a", "--output-topic", "b", "--window", "1m", "--bootstrap-servers", "127.0.0.1:1",
+            "--run-id", "r1"]
+    assert window.check_arguments(window.build_parser().parse_args([*argv, "--metrics-port", "9464"])) == []
+    assert window.check_arguments(window.build_parser().parse_args([*argv, "--metrics-port", "70000"])) == [
+        "--metrics-port 70000: must be between 0 and 65535"]
+    assert "--metrics-port PORT" in ingest.build_parser().format_help()
