@@ -5,6 +5,8 @@ they run and after they ended, and parsed with prometheus-client's own parser.""
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import urllib.request
 import uuid
@@ -16,12 +18,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 
+from controlmsg.clusters.job_group import JobGroup
+from controlmsg.clusters.processes import free_ports
 from controlmsg.kafka import ControlWriter, create_topic
 from controlmsg.streaming import run_long_running_tasks, run_window_task, serve_job_metrics, state_topic_config
 from tests.spark.test_event_time import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
+ROOT = Path(__file__).resolve().parents[2]
 RUN = "r1"
 MINUTE = 60_000
 T0 = 1_767_225_600_000
@@ -139,3 +144,40 @@ def test_a_runtime_jobs_driver_serves_what_its_window_tasks_report(
                      "controlmsg_upstream_tasks_expected": "gauge", "controlmsg_upstream_tasks_not_heard_from": "gauge",
                      "controlmsg_end_of_stream": "gauge", "controlmsg_late_records": "counter",
                      "controlmsg_records": "counter"}
+
+
+def test_a_runtime_job_serves_its_metrics_with_one_option(
+        kafka_config: dict[str, Any], bootstrap_servers: str, new_topic: Callable[..., str], tmp_path: Path) -> None:
+    """``python -m spark_jobs.runtime.window ... --metrics-port PORT``, its own Spark application: its
+    driver's endpoint (reached by its tasks at ``spark.driver.host``) has each window task's watermark while
+    the job waits for its upstream, then the job ends at the end of stream, exit 0."""
+    source, output = new_topic(2, "rm-in"), new_topic(2, "rm-out")
+    writer = ControlWriter(kafka_config, source, task_name="up-0", task_count=1, run_id=RUN, data_headers=True)
+    for key in ("a", "b", "c", "d"):
+        writer.send({"key": key, "event_ms": T0 + MINUTE, "amount": 1}, key=key)
+    writer.send_watermark(T0 + 30 * MINUTE)
+    writer.flush()
+    port = free_ports()
+    url = f"http://127.0.0.1:{port}"
+    with JobGroup(tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}) as jobs:
+        job = jobs.start("stream_window", [
+            sys.executable, "-m", "spark_jobs.runtime.window", "--input-topic", source, "--output-topic", output,
+            "--window", "10m", "--sum", "amount", "--partitions", "2", "--run-id", RUN, "--master", "local[2]",
+            "--bootstrap-servers", bootstrap_servers, "--metrics-port", str(port)])
+        try:
+            def served() -> bool:
+                assert job.running(), job.tail()
+                try:
+                    scraped = scrape(url)[1]
+                except OSError:
+                    return False  # the driver is starting
+                mark = (T0 + 30 * MINUTE) / 1000
+                return all(scraped.get(("controlmsg_watermark_seconds", labels(i, source))) == mark for i in (0, 1))
+            wait_for(served, 300, "each window task's watermark on the job's endpoint")
+            writer.send_end_of_stream()
+            writer.flush()
+            assert jobs.wait(300) == {"stream_window": 0}, job.tail()
+        finally:
+            writer.close()
+            jobs.stop(10)
+    assert f":{port}/metrics" in (tmp_path / "stream_window.log").read_text(), "the job says where it serves them"
