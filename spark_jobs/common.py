@@ -71,10 +71,11 @@ def add_stall_limit_option(parser: argparse.ArgumentParser, *, help_prefix: str 
                              "180s, above the 2 x 60 s a commit may legitimately take; docs/OPERATIONS.md)")
 
 
-def add_metrics_option(parser: argparse.ArgumentParser) -> None:
-    """``--metrics-port``: the runtime job's tasks' metrics, served to Prometheus by its driver."""
+def add_metrics_option(parser: argparse.ArgumentParser, whose: str = "the tasks'") -> None:
+    """``--metrics-port``: a job's metrics (``whose``: the runtime's tasks', a stage's queries'), served to
+    Prometheus by its driver."""
     parser.add_argument("--metrics-port", type=int, metavar="PORT",
-                        help="serve the tasks' metrics (watermark, lag, upstream tasks ended out of expected, the "
+                        help=f"serve {whose} metrics (watermark, lag, upstream tasks ended out of expected, the "
                              "task holding the watermark back, late records) in Prometheus' text format on "
                              "http://<driver>:PORT/metrics (0: a free port, logged); needs pip install "
                              "'controlmsg[metrics]' (docs/OPERATIONS.md, Metrics)")

@@ -210,8 +210,9 @@ def test_a_runtime_tasks_samples_name_the_topic_each_value_is_about() -> None:
         Sample("controlmsg_records_total", labels_of(stage="stream_ingest", task=0, topic="src"), 4)]
 
 
-def test_the_runtime_jobs_take_a_metrics_port(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_runtime_jobs_and_the_stages_take_a_metrics_port() -> None:
     from spark_jobs.runtime import ingest, window
+    from spark_jobs.stages import sink as stage_sink
 
     argv = ["--input-topic", "a", "--output-topic", "b", "--window", "1m", "--bootstrap-servers", "127.0.0.1:1",
             "--run-id", "r1"]
@@ -219,3 +220,6 @@ def test_the_runtime_jobs_take_a_metrics_port(capsys: pytest.CaptureFixture[str]
     assert window.check_arguments(window.build_parser().parse_args([*argv, "--metrics-port", "70000"])) == [
         "--metrics-port 70000: must be between 0 and 65535"]
     assert "--metrics-port PORT" in ingest.build_parser().format_help()
+    stage = stage_sink.build_parser().parse_args(["--input-topic", "w", "--output", "o", "--checkpoint", "c",
+                                                  "--run-id", "r1", "--metrics-port", "-1"])
+    assert stage_sink.check_arguments(stage) == ["--metrics-port -1: must be between 0 and 65535"]
