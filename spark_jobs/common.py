@@ -71,6 +71,46 @@ def add_stall_limit_option(parser: argparse.ArgumentParser, *, help_prefix: str 
                              "180s, above the 2 x 60 s a commit may legitimately take; docs/OPERATIONS.md)")
 
 
+def add_metrics_option(parser: argparse.ArgumentParser, whose: str = "the tasks'") -> None:
+    """``--metrics-port``: a job's metrics (``whose``: the runtime's tasks', a stage's queries'), served to
+    Prometheus by its driver."""
+    parser.add_argument("--metrics-port", type=int, metavar="PORT",
+                        help=f"serve {whose} metrics (watermark, lag, upstream tasks ended out of expected, the "
+                             "task holding the watermark back, late records) in Prometheus' text format on "
+                             "http://<driver>:PORT/metrics (0: a free port, logged); needs pip install "
+                             "'controlmsg[metrics]' (docs/OPERATIONS.md, Metrics)")
+
+
+def metrics_problems(args: argparse.Namespace) -> list[str]:
+    """``--metrics-port``: a port, and the client library it needs installed (said before Spark starts)."""
+    import importlib.util
+
+    from controlmsg.metrics.board import EXTRA
+
+    port = args.metrics_port
+    if port is None:
+        return []
+    if not 0 <= port <= 65535:
+        return [f"--metrics-port {port}: must be between 0 and 65535"]
+    if importlib.util.find_spec("prometheus_client") is None:
+        return [f"--metrics-port needs prometheus-client, which is not installed: {EXTRA}"]
+    return []
+
+
+def serve_task_metrics(spark: SparkSession, args: argparse.Namespace, job: str) -> str | None:
+    """Start the job's metrics endpoint on the driver when ``--metrics-port`` was given (it serves until the
+    job's process ends); returns the URL its tasks report to (the driver as the executors reach it), or
+    ``None``."""
+    if args.metrics_port is None:
+        return None
+    from controlmsg.streaming import serve_job_metrics
+
+    server = serve_job_metrics(args.metrics_port)
+    host = spark.conf.get("spark.driver.host") or "127.0.0.1"
+    job_logger(job).info("metrics on %s/metrics", server.url(host))
+    return server.url(host)
+
+
 WINDOW_HELP: Final = ("tumbling event-time window length, e.g. 1m, 15m, 1h, 1d (windows start at whole multiples "
                       "of it since the epoch)")
 SUM_HELP: Final = ("a column to sum per key and window, written as sum_<COL> (repeatable; nulls are skipped). TYPE, "

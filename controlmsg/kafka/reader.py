@@ -333,6 +333,25 @@ class ControlReader:
 
     # ------------------------------------------------------------------ checkpoints
 
+    def lag(self) -> int | None:
+        """The most offsets this reader is behind on any of its partitions: each partition's end offset as
+        librdkafka last fetched it (no request is made) minus the next offset to read, 0 on a partition whose
+        end of stream was read. ``None`` while no partition has been fetched. A partition read to its end can
+        show 1: the commit marker of the transaction that wrote its last record, which no reader is given."""
+        ended = self.tracker.ended_partitions
+        behind: list[int] = []
+        for p, position in self._positions.items():
+            if p in ended:
+                behind.append(0)
+                continue
+            try:
+                low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)
+            except KafkaException:
+                continue
+            if high >= 0:
+                behind.append(max(high - (position if position >= 0 else max(low, 0)), 0))
+        return max(behind) if behind else None
+
     def checkpoint(self) -> Checkpoint:
         """The current position and bookkeeping, as one consistent checkpoint."""
         return Checkpoint(self.topic, dict(self._positions), self.tracker.snapshot())

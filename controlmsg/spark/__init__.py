@@ -25,6 +25,7 @@ from controlmsg.lazy import lazy_getattr
 if TYPE_CHECKING:
     from controlmsg.spark.datasource import ControlMsgDataSource
     from controlmsg.spark.event_time import WATERMARK_COLUMNS, late_records, observed_counts, with_watermark
+    from controlmsg.spark.metrics import serve_metrics
     from controlmsg.spark.read_schema import RAW_SCHEMA
     from controlmsg.spark.reading.source_metrics import source_metrics
     from controlmsg.spark.reading.timeouts import EndOfStreamTimeout
@@ -45,6 +46,7 @@ __all__ = [
     "observed_counts",
     "register",
     "run_status",
+    "serve_metrics",
     "source_metrics",
     "spark_session",
     "with_watermark",
@@ -61,6 +63,7 @@ _WHERE = {
     "register": "controlmsg.spark.session",
     "spark_session": "controlmsg.spark.session",
     "source_metrics": "controlmsg.spark.reading.source_metrics",
+    "serve_metrics": "controlmsg.spark.metrics",
     "StageFollower": "controlmsg.spark.stage",
     "StageNotEnded": "controlmsg.spark.stage",
     "await_stage": "controlmsg.spark.stage",

@@ -16,6 +16,8 @@ from its own commit: nothing twice, nothing lost, the watermark never goes back.
 * :mod:`controlmsg.streaming.window`: :func:`run_window_task`, a controlmsg topic -> tumbling windows
   emitted when the reconciled watermark passes their end, the state in a compacted state topic, late
   records to a side topic (headers ``HEADER_LATE_*``, kept in that module).
+* :mod:`controlmsg.streaming.task_metrics`: the tasks' metrics, reported to their job's driver, which serves
+  them to Prometheus (:func:`serve_job_metrics`; the jobs' ``--metrics-port``).
 * :mod:`controlmsg.streaming.stopping`: graceful stop on SIGTERM and SIGINT (:class:`Stopper`), brought
   to the tasks through a stop topic (:class:`StopChannel`); the tasks stop at a commit.
 
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
         signal_name,
         watch_parent,
     )
+    from controlmsg.streaming.task_metrics import serve_job_metrics
     from controlmsg.streaming.window import LATE_REASON, TaskSummary, run_window_task
 
 __all__ = [
@@ -91,6 +94,7 @@ __all__ = [
     "run_ingest_task",
     "run_long_running_tasks",
     "run_window_task",
+    "serve_job_metrics",
     "signal_name",
     "slot_groups",
     "source_group",
@@ -130,6 +134,7 @@ _WHERE = {
     "signal_name": "controlmsg.streaming.stopping",
     "watch_parent": "controlmsg.streaming.stopping",
     "job_logger": "controlmsg.streaming.log",
+    "serve_job_metrics": "controlmsg.streaming.task_metrics",
 }
 
 __getattr__ = lazy_getattr(__name__, _WHERE)

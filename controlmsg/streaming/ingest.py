@@ -53,7 +53,9 @@ from controlmsg.kafka.periodic_log import Progress
 from controlmsg.kafka.retry import ConsumerErrors, retrying
 from controlmsg.kafka.settings import for_client
 from controlmsg.kafka.writer import ControlWriter
+from controlmsg.metrics.server import Reporter
 from controlmsg.streaming.ingest_state import IngestState, PartitionTurns, TokenBucket, ended_partitions
+from controlmsg.streaming.task_metrics import INGEST_STAGE, ingest_samples
 
 __all__ = ["IngestSummary", "committed_source_state", "parse_event_time", "plan_generation", "run_ingest_task",
            "source_group"]
@@ -181,6 +183,7 @@ def run_ingest_task(
     idle_timeout_s: float | None = 10.0,
     max_rate: float | None = None,
     generation: int = 0,
+    metrics_url: str | None = None,
 ) -> IngestSummary:
     """Run the task until its source partitions reach ``until`` (then end its stream) or
     ``stop(records_written_so_far)`` is true (then commit and return without ending). Blocks. Raises
@@ -191,6 +194,9 @@ def run_ingest_task(
     The watermark is :meth:`WatermarkPolicy.watermark_for` of the task's progress; a negative
     ``allowed_lateness_ms`` is a ValueError. ``generation``: what :func:`plan_generation` decided for
     this layout; a source partition committed by a newer generation is a :class:`CheckpointError`.
+    ``metrics_url``: the job's metrics endpoint (:func:`~controlmsg.streaming.task_metrics.serve_job_metrics`),
+    which the task reports its samples to with each progress line and when it returns (a report that fails
+    never fails the task).
     """
     policy = WatermarkPolicy(allowed_lateness_ms=allowed_lateness_ms)  # validates before anything opens
     group = source_group(output_topic, run_id)
@@ -213,7 +219,9 @@ def run_ingest_task(
         consumer.assign([TopicPartition(source_topic, p, o) for p, o in state.positions.items()])
         task = _IngestLoop(consumer, writer, policy, state, source_topic=source_topic, rejects_topic=rejects_topic,
                            key_field=key_field, event_time_field=event_time_field, carry=carry, until=until,
-                           idle_timeout_s=idle_timeout_s, task_count=task_count, generation=generation)
+                           idle_timeout_s=idle_timeout_s, task_count=task_count, generation=generation,
+                           reporter=None if metrics_url is None else Reporter(
+                               metrics_url, [INGEST_STAGE, str(task_index)], f"stream_ingest task {task_index}"))
         return task.run(stop, max_rate, watermark_interval_s, task_index)
     except KafkaException as exc:
         raise ReadError(f"ingest task {task_index} of {source_topic!r}: {exc.args[0]}") from exc
@@ -240,6 +248,7 @@ class _IngestLoop:
     idle_timeout_s: float | None
     task_count: int
     generation: int
+    reporter: Reporter | None = None
 
     def run(self, stop: Callable[[int], bool] | None, max_rate: float | None, watermark_interval_s: float,
             task_index: int) -> IngestSummary:
@@ -256,6 +265,7 @@ class _IngestLoop:
             if lines.due():
                 lines.log(_progress_line(state.records, lines.rate(state.records), state.rejected, state.last_mark,
                                          state.idle, state.commits, state.positions, until))
+                self._report(task_index)
             done = until is not None and all(state.positions[p] >= until.get(p, 0) for p in state.positions)
             stopping = done or (stop is not None and stop(state.records))
             batch = 1000
@@ -275,8 +285,29 @@ class _IngestLoop:
                 next_commit = time.monotonic() + watermark_interval_s
                 if stopping:
                     self.writer.close()
+                    self._report(task_index)
                     return IngestSummary(state.records, state.rejected, state.last_mark, state.ended, state.commits,
                                          state.idle_periods, time.time() if state.ended else None, self.generation)
+
+    def _report(self, task_index: int) -> None:
+        """Send the task's metrics (:func:`~controlmsg.streaming.task_metrics.ingest_samples`), if it has a
+        reporter. The lag is each source partition's end as librdkafka last fetched it (or ``until``, the
+        end taken at start) minus the next offset to read; no request is made."""
+        if self.reporter is None:
+            return
+        state, behind = self.state, []
+        for p, position in state.positions.items():
+            end = self.until.get(p, 0) if self.until is not None else None
+            if end is None:
+                try:
+                    end = self.consumer.get_watermark_offsets(TopicPartition(self.source_topic, p), cached=True)[1]
+                except KafkaException:
+                    continue
+            if end >= 0:
+                behind.append(max(end - position, 0))
+        self.reporter.report(ingest_samples(task_index, self.source_topic, self.writer.topic,
+                                            lag=max(behind) if behind else None, records=state.records,
+                                            output_watermark=state.last_mark))
 
     def _read(self, turns: PartitionTurns[Any], count: int, next_commit: float) -> list[Any]:
         """Up to ``count`` records, an equal share from each source partition that has any

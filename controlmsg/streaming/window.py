@@ -40,6 +40,7 @@ import orjson
 from controlmsg.core.codec import decode_json_payload
 from controlmsg.core.events import StreamEnded, WatermarkAdvanced
 from controlmsg.core.naming import task_name, transactional_id
+from controlmsg.core.progress import upstream_progress
 from controlmsg.errors import CheckpointError, DecodeError
 from controlmsg.kafka.admin import wait_for_topic
 from controlmsg.kafka.checkpoint import Checkpoint
@@ -47,7 +48,9 @@ from controlmsg.kafka.data_records import DataRecord
 from controlmsg.kafka.periodic_log import Progress
 from controlmsg.kafka.reader import ControlReader
 from controlmsg.kafka.writer import ControlWriter
+from controlmsg.metrics.server import Reporter
 from controlmsg.streaming.state_topic import read_task_state, state_key, state_topic_config, write_task_state
+from controlmsg.streaming.task_metrics import WINDOW_STAGE, window_samples
 from controlmsg.streaming.window_state import STATE_FORMAT, TaskStateLog
 from controlmsg.streaming.windows import LateRecord, TumblingWindows, WindowResult
 
@@ -276,6 +279,15 @@ class _Task:
         """True when input was read since the last commit (else a commit would only repeat the state)."""
         return self.reader.positions != self.committed_positions
 
+    def report(self, reporter: Reporter | None) -> None:
+        """Send the task's metrics (:func:`~controlmsg.streaming.task_metrics.window_samples`) through
+        ``reporter``, if any."""
+        if reporter is not None:
+            reporter.report(window_samples(
+                self.task_index, self.input_topic, self.writer.topic, upstream_progress(self.reader.tracker),
+                lag=self.reader.lag(), records=self.records, late=self.windows.late_count,
+                output_watermark=self.output_watermark))
+
     def summary(self) -> TaskSummary:
         return TaskSummary(
             records=self.records,
@@ -327,6 +339,7 @@ def run_window_task(
     commit_interval_s: float = 1.0,
     stop: Callable[[], bool] | None = None,
     timeout_s: float | None = None,
+    metrics_url: str | None = None,
 ) -> TaskSummary:
     """Run window task ``task_index`` of ``task_count`` over ``partitions`` of ``input_topic`` until end of
     stream, ``stop()`` returns true, or ``timeout_s`` passes (the last two commit the state first).
@@ -334,14 +347,19 @@ def run_window_task(
     Resumes from the task's latest committed state record in ``state_topic`` when there is one. ``config``:
     librdkafka settings for the reader and the writer (``bootstrap.servers`` at least; the writer adds its
     ``transactional.id``). ``sums``: the fields summed per window. A failure aborts the open transaction and
-    raises; a restart then resumes at the last commit.
+    raises; a restart then resumes at the last commit. ``metrics_url``: the job's metrics endpoint
+    (:func:`~controlmsg.streaming.task_metrics.serve_job_metrics`), which the task reports its samples to with
+    each progress line and when it returns (a report that fails never fails the task).
     """
     task = _Task(config, input_topic=input_topic, partitions=partitions, run_id=run_id, output_topic=output_topic,
                  late_topic=late_topic, state_topic=state_topic, task_index=task_index, task_count=task_count,
                  window_ms=window_ms, sums=sums)
+    reporter = None if metrics_url is None else Reporter(
+        metrics_url, [WINDOW_STAGE, str(task_index)], f"stream_window task {task_index}")
     try:
         if task.reader.tracker.is_ended:  # the final state was committed: end of stream is already written
             summary = task.summary()
+            task.report(reporter)
             task.close()
             return summary
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -352,6 +370,7 @@ def run_window_task(
                 progress.upstream(task.reader.tracker, task.records,
                                   f"{task.windows.open_windows:,} open windows, {task.windows.late_count:,} late, "
                                   f"{task.windows_emitted:,} emitted, {task.commits} commits")
+                task.report(reporter)
             if (stop is not None and stop()) or (deadline is not None and time.monotonic() >= deadline):
                 if task.dirty:
                     task.commit()
@@ -378,5 +397,6 @@ def run_window_task(
         task.abandon()
         raise
     summary = task.summary()
+    task.report(reporter)
     task.close()
     return summary

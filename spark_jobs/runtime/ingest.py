@@ -23,9 +23,12 @@ from spark_jobs.checks import duration_problems, positive_problems
 from spark_jobs.common import (
     STREAMING_TASK_ATTEMPTS,
     add_common_options,
+    add_metrics_option,
     add_stall_limit_option,
     job_logger,
+    metrics_problems,
     run_job,
+    serve_task_metrics,
 )
 from spark_jobs.events import parse_duration
 
@@ -51,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--until-source-end", action="store_true",
                    help="end the stream at the source's end offsets taken at start")
     add_stall_limit_option(p)
+    add_metrics_option(p)
     p.add_argument("--rejects-topic", help="default: <topic>-rejects")
     add_common_options(p)
     return p
@@ -63,8 +67,8 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
                  ("--stall-limit", args.stall_limit, False)]
     if args.idle_timeout.strip().lower() != "never":
         durations.append(("--idle-timeout", args.idle_timeout, False))
-    return duration_problems(durations) + positive_problems(
-        [("--partitions", args.partitions), ("--tasks", args.tasks), ("--max-rate", args.max_rate)])
+    return (duration_problems(durations) + metrics_problems(args) + positive_problems(
+        [("--partitions", args.partitions), ("--tasks", args.tasks), ("--max-rate", args.max_rate)]))
 
 
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
@@ -108,6 +112,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
              args.topic, f"until offsets {until}" if until is not None else "unbounded")
     source, topic, run_id, key, event_time = args.source_topic, args.topic, args.run_id, args.key, args.event_time
     carry, tasks, max_rate = tuple(args.carry), args.tasks, args.max_rate
+    metrics_url = serve_task_metrics(spark, args, "stream_ingest")
 
     def body(i: int, stopped: Callable[[], bool]) -> dict[str, Any]:
         summary = run_ingest_task(
@@ -115,7 +120,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
             rejects_topic=rejects_topic, run_id=run_id, task_index=i, task_count=tasks, key_field=key,
             event_time_field=event_time, carry=carry, allowed_lateness_ms=lateness, watermark_interval_s=interval,
             until=until, idle_timeout_s=idle_timeout, max_rate=max_rate, stop=lambda _records: stopped(),
-            generation=generation)
+            generation=generation, metrics_url=metrics_url)
         return asdict(summary)
 
     ids = [transactional_id(topic, task_name("ingest", run_id, i)) for i in range(tasks)]

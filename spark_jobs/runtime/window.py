@@ -28,12 +28,15 @@ from spark_jobs.checks import duration_problems, positive_problems
 from spark_jobs.common import (
     STREAMING_TASK_ATTEMPTS,
     add_common_options,
+    add_metrics_option,
     add_partitions_option,
     add_stall_limit_option,
     add_window_options,
     add_window_topic_options,
     job_logger,
+    metrics_problems,
     run_job,
+    serve_task_metrics,
 )
 from spark_jobs.events import parse_duration
 
@@ -49,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--commit-interval", default="1s", help="how often results and state are committed")
     p.add_argument("--late-topic", help="default: <output-topic>-late")
     add_stall_limit_option(p)
+    add_metrics_option(p)
     p.add_argument("--state-topic", help="default: <output-topic>-state (compacted)")
     add_common_options(p)
     return p
@@ -58,7 +62,7 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
     """What can be checked before Spark starts, one line per problem: durations and counts."""
     return (duration_problems([("--window", args.window, False), ("--commit-interval", args.commit_interval, False),
                               ("--stall-limit", args.stall_limit, False)])
-            + positive_problems([("--partitions", args.partitions)]))
+            + positive_problems([("--partitions", args.partitions)]) + metrics_problems(args))
 
 
 def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -> dict[str, Any]:
@@ -91,12 +95,13 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     log.info("%d window tasks, one per partition of %s -> %s", len(owned), args.input_topic, args.output_topic)
     input_topic, output_topic, run_id, sums, tasks = (args.input_topic, args.output_topic, args.run_id,
                                                       tuple(args.sum), len(owned))
+    metrics_url = serve_task_metrics(spark, args, "stream_window")
 
     def body(i: int, stopped: Callable[[], bool]) -> dict[str, Any]:
         summary = run_window_task(
             config, input_topic=input_topic, partitions=owned[i], run_id=run_id, output_topic=output_topic,
             late_topic=late_topic, state_topic=state_topic, task_index=i, task_count=tasks, window_ms=window_ms,
-            sums=sums, commit_interval_s=interval, stop=stopped)
+            sums=sums, commit_interval_s=interval, stop=stopped, metrics_url=metrics_url)
         return asdict(summary)
 
     # Fenced if the tasks must be cancelled during a stop (their open transactions are aborted at once).

@@ -10,11 +10,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlparse
 
+from spark_jobs.common import add_metrics_option
+
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-__all__ = ["add_stage_options", "await_queries", "phase_options", "run_queries", "stage_progress", "stage_summary",
-           "sum_fields"]
+__all__ = ["add_stage_options", "await_queries", "phase_options", "run_queries", "serve_stage_metrics",
+           "stage_progress", "stage_summary", "sum_fields"]
 
 _TRANSIENT: Final = ("Python worker failed to connect back",)
 """Failures of a query that its restart from the checkpoint cures: Spark gives a Python worker it starts for
@@ -33,6 +36,18 @@ def add_stage_options(parser: argparse.ArgumentParser) -> None:
                         help="a line per phase of each micro-batch to stderr: the controlmsg source's scan and reading "
                              "tasks, the sink's writing tasks and commit (option logPhases), and each micro-batch's "
                              "durations as Spark reports them (controlmsg.spark.phases)")
+    add_metrics_option(parser, "the queries'")
+
+
+def serve_stage_metrics(spark: SparkSession, args: argparse.Namespace, log: logging.Logger) -> None:
+    """``--metrics-port``: :func:`controlmsg.spark.serve_metrics` on the job's session, which serves until the
+    job's process ends."""
+    if args.metrics_port is None:
+        return
+    from controlmsg.spark import serve_metrics
+
+    server = serve_metrics(spark, args.metrics_port)
+    log.info("metrics on %s/metrics", server.url(spark.conf.get("spark.driver.host") or "127.0.0.1"))
 
 
 def phase_options(args: argparse.Namespace) -> dict[str, str]:

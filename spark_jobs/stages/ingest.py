@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs import description
 from spark_jobs.checks import duration_problems, positive_problems
-from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
+from spark_jobs.common import add_common_options, controlmsg_options, job_logger, metrics_problems, run_job
 from spark_jobs.stages.common import (
     add_stage_options,
     phase_options,
     run_queries,
+    serve_stage_metrics,
     stage_progress,
     stage_summary,
     sum_fields,
@@ -63,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_arguments(args: argparse.Namespace) -> list[str]:
     return (duration_problems([("--allowed-lateness", args.allowed_lateness, True)])
-            + positive_problems([("--partitions", args.partitions), ("--tasks", args.tasks)]))
+            + positive_problems([("--partitions", args.partitions), ("--tasks", args.tasks)]) + metrics_problems(args))
 
 
 def ingest_query(spark: SparkSession, source: dict[str, str], sink: dict[str, str], *, key: str,
@@ -111,6 +112,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
                  args.checkpoint, args.run_id)
         return [query]
 
+    serve_stage_metrics(spark, args, log)
     (query,) = run_queries(start, log, [sink], phases=args.log_phases)
     return stage_summary(query, sink)
 

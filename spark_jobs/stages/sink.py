@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs import description
 from spark_jobs.checks import sum_problems
-from spark_jobs.common import add_common_options, controlmsg_options, job_logger, run_job
-from spark_jobs.stages.common import add_stage_options, run_queries, stage_summary, sum_fields
+from spark_jobs.common import add_common_options, controlmsg_options, job_logger, metrics_problems, run_job
+from spark_jobs.stages.common import add_stage_options, run_queries, serve_stage_metrics, stage_summary, sum_fields
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_arguments(args: argparse.Namespace) -> list[str]:
-    return sum_problems("--sum", args.sum)
+    return sum_problems("--sum", args.sum) + metrics_problems(args)
 
 
 def sink_query(spark: SparkSession, source: dict[str, str], output: str, *, sums: dict[str, str],
@@ -72,6 +72,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
                  args.format, args.checkpoint, args.run_id)
         return [query]
 
+    serve_stage_metrics(spark, args, log)
     (query,) = run_queries(start, log)
     return stage_summary(query, {})
 

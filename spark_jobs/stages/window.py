@@ -33,12 +33,14 @@ from spark_jobs.common import (
     add_window_topic_options,
     controlmsg_options,
     job_logger,
+    metrics_problems,
     run_job,
 )
 from spark_jobs.stages.common import (
     add_stage_options,
     phase_options,
     run_queries,
+    serve_stage_metrics,
     stage_progress,
     stage_summary,
     sum_fields,
@@ -63,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_arguments(args: argparse.Namespace) -> list[str]:
     return (duration_problems([("--window", args.window, False)]) + sum_problems("--sum", args.sum)
-            + positive_problems([("--partitions", args.partitions)]))
+            + positive_problems([("--partitions", args.partitions)]) + metrics_problems(args))
 
 
 def window_queries(spark: SparkSession, source: dict[str, str], sink: dict[str, str], late_sink: dict[str, str], *,
@@ -122,6 +124,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
                  args.input_topic, args.output_topic, args.window, late_sink["topic"], args.checkpoint, args.run_id)
         return queries
 
+    serve_stage_metrics(spark, args, log)
     windows, late = run_queries(start, log, [sink, late_sink], phases=args.log_phases)
     return {"windows": stage_summary(windows, sink), "late": stage_summary(late, late_sink)}
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from controlmsg.core.codec import decode, decode_json_payload
 from controlmsg.core.events import StreamEnded
@@ -20,6 +22,7 @@ from controlmsg.errors import CheckpointError
 from controlmsg.kafka import ControlReader, DataRecord
 from controlmsg.streaming.ingest import parse_event_time, run_ingest_task
 from controlmsg.streaming.ingest import source_group as ingest_group
+from controlmsg.streaming.task_metrics import serve_job_metrics
 from spark_jobs.generate import GeneratorConfig, generate
 
 
@@ -48,14 +51,15 @@ def source_with_rejects(kafka_config: dict[str, Any], new_topic: Callable[..., s
 
 
 def run_two_tasks(kafka_config: dict[str, Any], source: str, out: str, rejects: str, ends: dict[int, int],
-                  stop: Callable[[int], bool] | None = None) -> list[Any]:
+                  stop: Callable[[int], bool] | None = None, metrics_url: str | None = None) -> list[Any]:
     results: list[Any] = [None, None]
 
     def task(i: int) -> None:
         results[i] = run_ingest_task(
             kafka_config, source_topic=source, source_partitions=[2 * i, 2 * i + 1], output_topic=out,
             rejects_topic=rejects, run_id="r", task_index=i, task_count=2, key_field="user",
-            event_time_field="event_time", allowed_lateness_ms=1000, watermark_interval_s=0.2, until=ends, stop=stop)
+            event_time_field="event_time", allowed_lateness_ms=1000, watermark_interval_s=0.2, until=ends, stop=stop,
+            metrics_url=metrics_url)
 
     threads = [threading.Thread(target=task, args=(i,)) for i in range(2)]
     for t in threads:
@@ -102,6 +106,28 @@ def test_ingest_tasks_end_by_themselves(kafka_config: dict[str, Any], new_topic:
     assert len(values) == 3000 and {"key", "event_ms", "amount", "items"} <= set(values[0])
     for marks in task_watermarks(kafka_config, out).values():
         assert marks == sorted(set(marks))
+
+
+def test_ingest_tasks_report_their_metrics_to_the_jobs_endpoint(kafka_config: dict[str, Any],
+                                                                new_topic: Callable[..., str]) -> None:
+    """The endpoint a runtime job's driver serves (``serve_job_metrics``), scraped once the two tasks ended:
+    each task's records, its lag on the source (0: at the end taken at start) and its last watermark."""
+    source, ends = source_with_rejects(kafka_config, new_topic)
+    out, rejects = new_topic(3, prefix="events"), new_topic(1, prefix="rejects")
+    server = serve_job_metrics(0, "127.0.0.1")
+    try:
+        summaries = run_two_tasks(kafka_config, source, out, rejects, ends, metrics_url=server.url())
+        with urllib.request.urlopen(server.url() + "/metrics", timeout=10) as response:
+            text = response.read().decode()
+    finally:
+        server.close()
+    scraped = {(s.name, s.labels.get("task"), s.labels["topic"]): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples
+               if s.labels.get("stage") == "stream_ingest"}
+    for i, summary in enumerate(summaries):
+        assert scraped[("controlmsg_records_total", str(i), source)] == summary.records > 0
+        assert scraped[("controlmsg_lag_records", str(i), source)] == 0
+        assert scraped[("controlmsg_output_watermark_seconds", str(i), out)] == summary.watermark / 1000
 
 
 def test_stop_and_restart_loses_and_duplicates_nothing(kafka_config: dict[str, Any],

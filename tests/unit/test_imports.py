@@ -45,6 +45,8 @@ import controlmsg.core
 import controlmsg.kafka
 import controlmsg.kafka.periodic_log
 import controlmsg.kafka.settings
+import controlmsg.metrics
+import controlmsg.metrics.server
 import controlmsg.spark
 import controlmsg.spark.class_archive
 import controlmsg.spark.options
@@ -163,11 +165,12 @@ MAY_IMPORT: dict[str, frozenset[str] | None] = {
     "controlmsg.errors": _BASE,
     "controlmsg.lazy": _BASE,
     "controlmsg.paths": _BASE,
-    # the Kafka adapters
+    # the Kafka adapters, and the metrics endpoint (both engines serve it)
     "controlmsg.kafka": _BASE,
+    "controlmsg.metrics": _BASE,
     # the two engines, side by side: neither imports the other
-    "controlmsg.spark": _BASE | {"controlmsg.kafka"},
-    "controlmsg.streaming": _BASE | {"controlmsg.kafka"},
+    "controlmsg.spark": _BASE | {"controlmsg.kafka", "controlmsg.metrics"},
+    "controlmsg.streaming": _BASE | {"controlmsg.kafka", "controlmsg.metrics"},
     # on top: the local clusters (tools for tests, demos, users) and the command
     "controlmsg.clusters": None,
     "controlmsg.cli": None,
