@@ -2,10 +2,11 @@
 
 An upstream task of job ``job`` in run ``run_id`` with index ``i`` is ``f"{job}-{run_id}-p{i}"`` (the
 ``taskName`` of its control messages); the driver of a Spark write, the one upstream task of that write,
-is ``f"{job}-{run_id}-driver"``. Its transactional id, also the consumer group that holds its
-commit marker, adds the topic: ``f"controlmsg-{topic}-{taskName}"``, so the same task writing two topics
-uses two transactions. Readers use :func:`parse_task_name` to tell which tasks of a run they have not
-heard from.
+is ``f"{job}-{run_id}-driver"``. Its transactional id adds the topic: ``f"controlmsg-{topic}-{taskName}"``,
+so the same task writing two topics uses two transactions. The consumer group that holds its commit marker is
+that id under :data:`MARKER_GROUP_PREFIX` (:func:`marker_group`), one prefix that lag tools can leave out:
+the groups are empty, and would otherwise show as consumers that lag. Readers use :func:`parse_task_name` to
+tell which tasks of a run they have not heard from.
 
 Topics named after a run (:func:`run_topics`): the pipeline's (``spark_jobs``) intermediate topics
 ``controlmsg-<run>-events`` and ``controlmsg-<run>-windows``, the topics its streaming jobs make beside them
@@ -20,11 +21,28 @@ import re
 from typing import Final
 
 __all__ = [
-    "CONTROL_TOPIC_SUFFIXES", "RUN_TOPIC_SUFFIXES", "demo_topic", "driver_task_name", "driver_transactional_id",
-    "is_run_group", "parse_task_name", "run_topics", "task_name", "transactional_id",
+    "CONTROL_TOPIC_SUFFIXES",
+    "MARKER_GROUP_PREFIX",
+    "RUN_TOPIC_SUFFIXES",
+    "demo_topic",
+    "driver_task_name",
+    "driver_transactional_id",
+    "is_run_group",
+    "marker_group",
+    "parse_task_name",
+    "run_topics",
+    "task_name",
+    "transactional_id",
 ]
 
 _TASK_NAME: Final = re.compile(r"^(.*)-p(\d+)$")
+_TXN_PREFIX: Final = "controlmsg-"
+
+MARKER_GROUP_PREFIX: Final = "controlmsg.marker."
+r"""Every commit marker's consumer group starts with it, and no other group of controlmsg's does (those start
+with ``controlmsg-``): the one pattern for lag tools to exclude, ``^controlmsg\.marker\.`` (docs/OPERATIONS.md).
+Until 2026-11-28 a marker's group was its transactional id itself, which lag tools could not tell from the
+streaming ingest's source group; :class:`~controlmsg.kafka.markers.MarkerStore` still reads a marker there."""
 
 RUN_TOPIC_SUFFIXES: Final = ("events", "events-rejects", "events-stop", "windows", "windows-late", "windows-state",
                              "windows-stop")
@@ -54,6 +72,12 @@ def transactional_id(topic: str, task: str) -> str:
     """The Kafka transactional id (and commit-marker group) of upstream task ``task`` writing ``topic``:
     the same for every attempt of the task."""
     return f"controlmsg-{topic}-{task}"
+
+
+def marker_group(transactional_id: str) -> str:
+    """The consumer group of the commit marker of the writer whose transactional id is ``transactional_id``:
+    ``controlmsg-<topic>-<task>`` -> ``controlmsg.marker.<topic>-<task>``."""
+    return MARKER_GROUP_PREFIX + transactional_id.removeprefix(_TXN_PREFIX)
 
 
 def driver_task_name(job: str, run_id: str) -> str:
@@ -96,8 +120,11 @@ def is_run_group(group: str, run_id: str) -> bool:
     """Whether consumer group ``group`` belongs to run ``run_id``: named ``controlmsg-<topic>-<rest>`` for
     one of :func:`run_topics`, where ``<rest>`` is a task of the run (``<job>-<run>-p<i>``: a writer's commit
     marker, see :func:`transactional_id`), its driver (``<job>-<run>-driver``) or the streaming ingest's
-    source group (``ingest-<run>-source``)."""
-    tail = re.compile(rf"^.+-{re.escape(run_id)}-(p\d+|driver|source)$")
+    source group (``ingest-<run>-source``), or the stage rounds' marker of a driver program
+    (``<job>-<run>-driver-stage``); a marker's group under :data:`MARKER_GROUP_PREFIX` too."""
+    tail = re.compile(rf"^.+-{re.escape(run_id)}-(p\d+|driver|driver-stage|source)$")
+    if group.startswith(MARKER_GROUP_PREFIX):
+        group = _TXN_PREFIX + group[len(MARKER_GROUP_PREFIX):]
     for topic in run_topics(run_id):
         prefix = f"controlmsg-{topic}-"
         if group.startswith(prefix) and tail.match(group[len(prefix):]):

@@ -1,14 +1,20 @@
 """Commit markers: what a transactional writer commits with its records so that a retry knows it is done.
 
 A marker is a consumer-group offset with JSON metadata, committed **inside** the writer's transaction
-(``send_offsets_to_transaction``), for a group named like the writer's transactional id, on partition 0
-of the topic written. It becomes visible exactly when the records do. A new attempt first initialises
+(``send_offsets_to_transaction``), for a group named after the writer's transactional id under the prefix
+that lag tools leave out (:func:`~controlmsg.core.naming.marker_group`: ``controlmsg.marker.<topic>-<task>``),
+on partition 0 of the topic written. It becomes visible exactly when the records do. A new attempt first initialises
 transactions (which fences older attempts and finishes their transactions), then reads the marker: if
 it is there, an earlier attempt committed and this one must not write again.
 
 Markers live in one empty consumer group per writer, which Kafka drops after
 ``offsets.retention.minutes`` (7 days by default). With ACLs, a writer needs Write on its transactional
-id and Read on its group.
+id and Read on its marker group (a prefixed ACL on ``controlmsg.marker.`` covers them all).
+
+**Markers written before 2026-11-28** are in a group named the transactional id itself. A writer that finds
+no marker in its group looks there too, so a run started by an earlier version goes on exactly once; its
+next marker goes to the new group. That second lookup is what a task without a marker (its first attempt)
+pays for it: docs/PERFORMANCE.md has the figure.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from controlmsg.core.codec import encode_control
 from controlmsg.core.messages import ControlMessage
+from controlmsg.core.naming import marker_group
 from controlmsg.errors import DeliveryError
 from controlmsg.kafka.aborts import abort_or_fence
 from controlmsg.kafka.refusals import check_client, denied
@@ -40,44 +47,60 @@ class TransactionalProducer(Protocol):
 
 
 class MarkerStore:
-    """The marker of the writer whose transactional id is ``group``, for ``topic``.
+    """The marker of the writer whose transactional id is ``transactional_id``, for ``topic``.
 
     ``config``: the writer's client settings (only those that reach the cluster are used). Opening
     creates a consumer (it joins no group; it only reads and commits the group's offset). Use as a
     context manager or call :meth:`close`.
     """
 
-    def __init__(self, config: Mapping[str, Any], group: str, topic: str, timeout: float = 30.0) -> None:
-        self.group = group
+    def __init__(self, config: Mapping[str, Any], transactional_id: str, topic: str, timeout: float = 30.0, *,
+                 legacy_lookup: bool = True) -> None:
+        self.group = marker_group(transactional_id)
+        self.legacy_group: str | None = transactional_id if legacy_lookup else None
+        """Where a marker written before 2026-11-28 is (see the module docstring); ``None``: not looked in."""
         self.topic = topic
         self.timeout = timeout
         self._config = config
-        self._conf = {**for_client(config, "consumer"), "group.id": group, "enable.auto.commit": False,
+        self._conf = {**for_client(config, "consumer"), "group.id": self.group, "enable.auto.commit": False,
                       "isolation.level": "read_committed"}
         self._consumer = Consumer(self._conf)
 
     def load(self) -> dict[str, Any] | None:
-        """The committed marker, or ``None``. Retries while the group coordinator is loading or moving
-        (retriable errors) up to ``timeout`` s; raises :class:`DeliveryError` naming the topic and group,
-        :class:`~controlmsg.errors.ClusterRefused` within seconds when the cluster refuses the client (the
-        lookup asks in calls of at most 2 s, serving the consumer's callbacks between them)."""
+        """The committed marker, or ``None``: the marker group's, else the legacy group's. Retries while the
+        group coordinator is loading or moving (retriable errors) up to ``timeout`` s; raises
+        :class:`DeliveryError` naming the topic and group, :class:`~controlmsg.errors.ClusterRefused` within
+        seconds when the cluster refuses the client (the lookup asks in calls of at most 2 s, serving the
+        consumer's callbacks between them)."""
         deadline = time.monotonic() + self.timeout
+        found = self._committed(self._consumer, self._conf, self.group, deadline)
+        if found is not None or self.legacy_group is None:
+            return found
+        legacy_conf = {**self._conf, "group.id": self.legacy_group}
+        legacy = Consumer(legacy_conf)
+        try:
+            return self._committed(legacy, legacy_conf, self.legacy_group, deadline)
+        finally:
+            legacy.close()
+
+    def _committed(self, consumer: Consumer, conf: Mapping[str, Any], group: str,
+                   deadline: float) -> dict[str, Any] | None:
         while True:
             try:
-                (tp,) = self._consumer.committed([TopicPartition(self.topic, 0)],
-                                                 timeout=max(min(2.0, deadline - time.monotonic()), 0.1))
+                (tp,) = consumer.committed([TopicPartition(self.topic, 0)],
+                                           timeout=max(min(2.0, deadline - time.monotonic()), 0.1))
                 error = tp.error
             except KafkaException as exc:
                 error = exc.args[0]
             if error is None:
                 break
-            self._consumer.poll(0)  # serves the error callback: it joins no group and is assigned nothing
-            check_client(self._conf)
+            consumer.poll(0)  # serves the error callback: it joins no group and is assigned nothing
+            check_client(conf)
             if not is_retriable(error) or time.monotonic() >= deadline:
                 raise DeliveryError(
-                    denied(self._config, error, f"look up the commit marker of group {self.group!r} on topic "
-                                                f"{self.topic!r}", repr(self.group))
-                    or f"cannot look up the commit marker of {self.group!r} on topic {self.topic!r}: {error}")
+                    denied(self._config, error, f"look up the commit marker of group {group!r} on topic "
+                                                f"{self.topic!r}", repr(group))
+                    or f"cannot look up the commit marker of {group!r} on topic {self.topic!r}: {error}")
             time.sleep(0.2)
         if tp.offset < 0:
             return None

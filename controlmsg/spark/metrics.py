@@ -15,6 +15,8 @@ process ends: a scrape after a bounded query sees how it ended.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import sys
 import threading
 from collections.abc import Hashable, Mapping
@@ -148,7 +150,15 @@ def serve_metrics(spark: SparkSession, port: int, host: str = "0.0.0.0") -> Metr
         server.close()
         raise
     setattr(spark, _ATTR, (server, listener))
+    atexit.register(_leave, spark, listener)
     return server
+
+
+def _leave(spark: SparkSession, listener: MetricsListener) -> None:
+    """At the program's end: the listener off the session, so that the JVM, which still reports the queries'
+    last progress as it shuts down, calls no Python that has gone (Spark logs each such call as an ERROR)."""
+    with contextlib.suppress(Exception):  # the session or its JVM is already stopped: nothing will call
+        spark.streams.removeListener(listener)
 
 
 def stop_metrics(spark: SparkSession) -> None:
@@ -158,6 +168,7 @@ def stop_metrics(spark: SparkSession) -> None:
     if found is None:
         return
     delattr(spark, _ATTR)
+    atexit.unregister(_leave)
     try:
         spark.streams.removeListener(found[1])
     finally:

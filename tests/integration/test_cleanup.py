@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient
 
 from controlmsg.cli import EXIT_OK, EXIT_REFUSED, main
 from controlmsg.core.messages import EndOfStreamMessage
-from controlmsg.core.naming import driver_transactional_id, task_name, transactional_id
+from controlmsg.core.naming import driver_transactional_id, marker_group, task_name, transactional_id
 from controlmsg.kafka.admin import create_topic
 from controlmsg.kafka.markers import MarkerStore, Round, write_control_round
 from controlmsg.kafka.writer import ControlWriter
@@ -77,8 +77,8 @@ def make_run(config: dict[str, Any], source: str, ends: dict[int, int], run: str
     write_windows(config, windows, run, [{"user": f"u{i}", "count": 1} for i in range(6)])
     (runs_dir / run).mkdir(parents=True)
     (runs_dir / run / "ingest.log").write_text("a log line\n")
-    return {source_group(events, run), driver_transactional_id(windows, "window_aggregate", run),
-            *(transactional_id(windows, task_name("window_aggregate", run, i)) for i in range(2))}
+    return {source_group(events, run), marker_group(driver_transactional_id(windows, "window_aggregate", run)),
+            *(marker_group(transactional_id(windows, task_name("window_aggregate", run, i))) for i in range(2))}
 
 
 @pytest.fixture

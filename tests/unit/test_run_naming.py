@@ -4,16 +4,20 @@ with the first one's or ends with it."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from controlmsg.core.naming import (
+    MARKER_GROUP_PREFIX,
     demo_topic,
     driver_transactional_id,
     is_run_group,
+    marker_group,
     run_topics,
+    stage_transactional_id,
     task_name,
     transactional_id,
 )
@@ -29,8 +33,9 @@ def groups_of(run: str) -> set[str]:
     events, windows = topic_names(run)
     found = {source_group(events, run)}
     for topic, job in ((events, "ingest"), (windows, "window_aggregate"), (windows, "window")):
-        found |= {transactional_id(topic, task_name(job, run, i)) for i in (0, 1, 12)}
-        found.add(driver_transactional_id(topic, job, run))
+        txns = {transactional_id(topic, task_name(job, run, i)) for i in (0, 1, 12)}
+        txns |= {driver_transactional_id(topic, job, run), stage_transactional_id(topic, job, run)}
+        found |= txns | {marker_group(t) for t in txns}  # the markers' groups, and where they were before
     return found
 
 
@@ -58,6 +63,18 @@ def test_look_alike_run_ids() -> None:
         assert not set(run_topics("r1")) & set(run_topics(other)), other
     assert not is_run_group("controlmsg-controlmsg-r1-events", "r1")  # no task after the topic
     assert not is_run_group("controlmsg-end-offsets", "r1")
+
+
+@given(run_ids)
+def test_every_marker_group_and_no_other_group_is_under_the_one_prefix_lag_tools_leave_out(run: str) -> None:
+    events, windows = topic_names(run)
+    txns = [transactional_id(events, task_name("ingest", run, 3)), driver_transactional_id(windows, "w", run),
+            stage_transactional_id(windows, "w", run)]
+    for txn in txns:
+        assert re.match(r"^controlmsg\.marker\.", marker_group(txn)), txn
+        assert marker_group(txn).removeprefix(MARKER_GROUP_PREFIX) == txn.removeprefix("controlmsg-")
+        assert not re.match(r"^controlmsg\.marker\.", txn)  # where a marker was before 2026-11-28
+    assert not re.match(r"^controlmsg\.marker\.", source_group(events, run))  # a real consumer's
 
 
 def test_processes_naming_the_run(tmp_path: Path) -> None:
