@@ -72,7 +72,8 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
                                               "started for the run)")
 
 
-def _given(args: argparse.Namespace) -> bool:
+def cluster_given(args: argparse.Namespace) -> bool:
+    """Whether the options or ``$KAFKA_BOOTSTRAP_SERVERS`` name a cluster (else a benchmark starts a broker)."""
     if args.bootstrap_servers or args.kafka_config or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
         return True
     return any(s.partition("=")[0].strip() == "bootstrap.servers" for s in args.kafka_settings)
@@ -85,7 +86,7 @@ def kafka_cluster(args: argparse.Namespace) -> Iterator[Cluster]:
     removed on exit). Says which on stdout."""
     work = Path(tempfile.mkdtemp(prefix="controlmsg-bench-kafka-"))
     try:
-        if _given(args):
+        if cluster_given(args):
             config = client_config_from_args(args, default_servers=local_bootstrap_servers)
             print(f"broker: {config['bootstrap.servers']} (given)", flush=True)
             yield Cluster(config, write_properties(config, work / "kafka.properties"))
