@@ -1,7 +1,7 @@
 """What the benchmark scripts share: the Kafka cluster of a run, and the harness of the streaming chain's
 benchmarks (``bench_streaming.py``, ``bench_stages.py``): the :class:`Observer` threads, the :class:`Chain` of
-two applications run as jobs, the generator (:func:`run_generator`), and the steps every live phase takes
-(:func:`run_live`) and every bounded one starts with (:func:`prefill`).
+two applications run as jobs, and the steps every live phase takes (:func:`run_live`, its generator run by
+``harness.run_generator``) and every bounded one starts with (:func:`prefill`).
 
 Imported by the scripts as a sibling module (``python benchmarks/<script>.py`` puts this directory first
 on ``sys.path``).
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
+from harness import run_generator
 
 from controlmsg.clusters.job_group import JobGroup
 from controlmsg.clusters.jobs import Job
@@ -482,26 +483,6 @@ def add_chain_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--observer-batch", type=int, default=20_000, help="observers' batch size")
     p.add_argument("--keep-topics", action="store_true", help="do not delete the topics at the end")
     add_cluster_options(p)
-
-
-def run_generator(argv: list[str], log_path: Path, timeout: float) -> tuple[int, float]:
-    """Run ``python -m spark_jobs.generate`` (``argv``) to its end as a job of its own, output to
-    ``log_path``, killed after ``timeout`` s. Returns the source topic's records (the sum of the end offsets
-    it prints last) and the ``time.monotonic()`` it ended at; raises ``RuntimeError`` if it fails."""
-    gen = Job("generator", argv, log_path)
-    try:
-        gen.start()
-        code = gen.wait(timeout)
-        ended = time.monotonic()
-        if code != 0:
-            raise RuntimeError(f"generator {'still running' if code is None else f'failed ({code})'} after "
-                               f"{timeout:g} s:\n{gen.tail(25, indent='    ')}")
-        for line in reversed(log_path.read_bytes().splitlines()):
-            if line.startswith(b'{"topic"'):
-                return sum(orjson.loads(line)["endOffsets"].values()), ended
-        raise RuntimeError(f"the generator printed no end offsets:\n{gen.tail(25, indent='    ')}")
-    finally:
-        gen.close()
 
 
 @dataclass
