@@ -369,6 +369,20 @@ class Chain:
                            poll_s=a.observer_poll, batch_size=a.observer_batch)
         return events, windows
 
+    def start_observers(self, groups: bool = False) -> tuple[Observer, Observer]:
+        """:meth:`observers`, started."""
+        events, windows = self.observers(groups=groups)
+        events.start()
+        windows.start()
+        return events, windows
+
+    def check_apps(self, *, ended_ok: bool = False) -> None:
+        """Raise ``JobError`` (with the exit code and the log's tail) if an application has failed, or, unless
+        ``ended_ok``, has ended at all."""
+        for app in self.apps.values():
+            if not ended_ok or app.poll() not in (None, 0):
+                app.ensure_running()
+
     def _common(self, job: str) -> list[str]:
         # --parent-pid: the jobs stop by themselves if this script dies.
         return ["--kafka-config", str(self.cluster.properties), "--run-id", self.run_id, "--master", self.args.master,
@@ -511,9 +525,7 @@ def run_live(chain: Chain, settle: Callable[[LiveRun], Callable[[], bool]], *, g
     the observers are stopped whatever happens; raises what they or the generator raised."""
     a = chain.args
     chain.create_topics()
-    events_obs, windows_obs = chain.observers(groups=groups)
-    events_obs.start()
-    windows_obs.start()
+    events_obs, windows_obs = chain.start_observers(groups=groups)
     try:
         t_start = time.monotonic()
         chain.start_live()
@@ -530,8 +542,7 @@ def run_live(chain: Chain, settle: Callable[[LiveRun], Callable[[], bool]], *, g
         settled = settle(run)
         grace = gen_ended + a.grace
         while time.monotonic() < grace:
-            for app in chain.apps.values():
-                app.ensure_running()
+            chain.check_apps()
             if settled():
                 break
             time.sleep(poll_s)
