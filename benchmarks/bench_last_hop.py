@@ -19,15 +19,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import orjson
 from common import Cluster, add_cluster_options, counts, delete_topics, kafka_cluster, load_average, synthetic_events
+from harness import JobFailed, run_pipeline
 
 from spark_jobs.batch.window_aggregate import COMMIT_ROWS
 from spark_jobs.common import topic_names
@@ -100,18 +99,13 @@ def run_size(args: argparse.Namespace, events: int, work: Path, cluster: Cluster
 
 def pipeline(args: argparse.Namespace, data: Path, run_dir: Path, run_id: str, commit_rows: int,
              cluster: Cluster) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "spark_jobs.pipeline", "windowed-count", "--input", str(data),
-           "--key", "user", "--event-time", "event_time", "--window", args.window,
-           *[x for c in SUMS for x in ("--sum", c)], "--output", str(run_dir / "out.csv"),
-           "--kafka-config", str(cluster.properties), "--master", args.master, "--tasks", str(args.tasks),
-           "--run-id", run_id, "--run-dir", str(run_dir), "--timeout", "3600", "--commit-rows", str(commit_rows),
-           "--nice-step", str(args.nice_step)]
-    started = time.monotonic()
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    seconds = time.monotonic() - started
-    if done.returncode != 0:
-        raise SystemExit(f"pipeline {run_id} failed:\n{done.stderr[-3000:]}")
-    summary: dict[str, Any] = orjson.loads((run_dir / "pipeline.json").read_bytes())
+    try:
+        seconds, summary = run_pipeline(
+            data, run_dir / "out.csv", run_dir, cluster.properties, window=args.window, sums=SUMS, master=args.master,
+            tasks=args.tasks, timeout=3600, options=("--run-id", run_id, "--commit-rows", str(commit_rows),
+                                                     "--nice-step", str(args.nice_step)))
+    except JobFailed as exc:
+        raise SystemExit(f"pipeline {run_id} failed: {exc}") from None
     summary["pipeline_seconds"] = seconds
     return summary
 

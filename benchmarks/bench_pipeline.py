@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import orjson
 from common import Cluster, add_cluster_options, kafka_cluster, synthetic_events
+from harness import JobFailed, run_pipeline
 
 
 def generate(path: Path, events: int, master: str, keys: int) -> float:
@@ -73,21 +72,13 @@ def run(args: argparse.Namespace, work: Path, cluster: Cluster) -> int:
     print(f"generated {args.events:,} events in {gen:.1f} s ({data})")
 
     out = work / "hourly.parquet"
-    started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "spark_jobs.pipeline", "windowed-count", "--input", str(data),
-         "--key", "user", "--event-time", "event_time", "--window", args.window,
-         "--sum", "amount", "--sum", "items",
-         "--output", str(out), "--kafka-config", str(cluster.properties), "--master", args.master,
-         "--partitions", str(args.partitions), "--tasks", str(args.tasks), "--run-dir", str(work / "run"),
-         "--timeout", "1800"],
-        capture_output=True, text=True, check=False,
-    )
-    pipeline_s = time.monotonic() - started
-    if done.returncode != 0:
-        print(done.stderr[-4000:], file=sys.stderr)
+    try:
+        pipeline_s, summary = run_pipeline(data, out, work / "run", cluster.properties, window=args.window,
+                                           sums=("amount", "items"), master=args.master, tasks=args.tasks,
+                                           timeout=1800, options=("--partitions", str(args.partitions)))
+    except JobFailed as exc:
+        print(exc, file=sys.stderr)
         return 1
-    summary = orjson.loads((work / "run" / "pipeline.json").read_bytes())
     jobs = summary["jobs"]
     batch_s, batch_rows = batch_query(data, args.master, args.window)
 

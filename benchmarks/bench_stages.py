@@ -355,8 +355,7 @@ def warm_up(chain: Chain, windows_obs: Observer) -> float:
         disorder_ms=parse_duration(a.disorder), seed=a.seed + 1, start_ms=int(time.time() * 1000) - 120_000))
     written = time.monotonic()
     while windows_obs.result_records == 0:
-        for app in chain.apps.values():
-            app.ensure_running()
+        chain.check_apps()
         if time.monotonic() > written + a.startup_timeout:
             raise RuntimeError(f"no window result within {a.startup_timeout:g} s of {a.warm_events:,} warm-up events")
         time.sleep(0.1)
@@ -471,18 +470,14 @@ def phase_throughput(chain: Runtime) -> BoundedResult:
     expected = expected_results(cfg, cfg.start_ms, count, parse_duration(a.window),
                                 parse_duration(a.allowed_lateness) + parse_duration(a.disorder))
     print(f"  they close {len(expected):,} (key, window) results; starting the chain", flush=True)
-    events_obs, windows_obs = chain.observers()
-    events_obs.start()
-    windows_obs.start()
+    events_obs, windows_obs = chain.start_observers()
     complete_at: float | None = None
     ended = f"timed out ({a.startup_timeout + a.throughput_timeout:g} s)"
     try:
         chain.start_bounded()
         deadline = time.monotonic() + a.startup_timeout + a.throughput_timeout
         while time.monotonic() < deadline:
-            for app in chain.apps.values():
-                if app.poll() not in (None, 0):
-                    app.ensure_running()
+            chain.check_apps(ended_ok=True)
             if events_obs.error is not None or windows_obs.error is not None:
                 ended = "an observer failed"
                 break
@@ -504,9 +499,7 @@ def phase_throughput(chain: Runtime) -> BoundedResult:
             time.sleep(0.1)
         if windows_obs.ended_at is not None:
             chain.wait_apps(30)
-            for app in chain.apps.values():  # an application that failed after the end of stream fails the run
-                if app.poll() not in (None, 0):
-                    app.ensure_running()
+            chain.check_apps(ended_ok=True)  # an application that failed after the end of stream fails the run
     finally:
         chain.stop(events_obs, windows_obs)
     first = events_obs.first_data

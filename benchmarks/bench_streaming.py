@@ -187,9 +187,7 @@ def phase_throughput(chain: Chain) -> ThroughputResult:
     t = time.monotonic()
     prefill(chain)
     prefill_s = time.monotonic() - t
-    events_obs, windows_obs = chain.observers()
-    events_obs.start()
-    windows_obs.start()
+    events_obs, windows_obs = chain.start_observers()
     try:
         launched = time.monotonic()
         ingest_app = chain.start_bounded()
@@ -201,9 +199,7 @@ def phase_throughput(chain: Chain) -> ThroughputResult:
                 cpu_at_first = time.process_time()
             if time.monotonic() > deadline:
                 raise RuntimeError("the chain did not reach end of stream on the windows topic in time")
-            for app in chain.apps.values():
-                if app.poll() not in (None, 0):
-                    app.ensure_running()
+            chain.check_apps(ended_ok=True)
             if windows_obs.error is not None or events_obs.error is not None:
                 break
             time.sleep(0.05)

@@ -47,7 +47,6 @@ import math
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -69,6 +68,7 @@ from common import (
     synthetic_events,
 )
 from connector_jobs import connector_package, connector_session, read_topic, resolved_jars, write_topic
+from harness import JobFailed, run_job, run_pipeline
 
 from controlmsg.kafka.admin import create_topic, end_offsets
 from controlmsg.spark import run_status
@@ -85,6 +85,8 @@ EVENT_SCHEMA = "user string, event_time long, amount double, items int"  # the g
 SUMS = ("amount", "items")
 INGESTED_SCHEMA = "key string, event_ms long, amount double, items long"  # what the ingest stage writes
 WINDOWS_SCHEMA = "key string, window_start long, window_end long, count long, sum_amount double, sum_items long"
+PROCESS_TIMEOUT_S = 7200.0
+"""A stage, query or pipeline run as a process that has not ended after this long has hung: killed."""
 
 CM, KAFKA, PLAIN, BARE = "controlmsg", "connector", "plain batch", "bare producer"
 BARE_HEADERS = "bare producer, run and task headers"
@@ -363,16 +365,14 @@ class Bench:
     def controlmsg_pipeline(self, r: int, output: Path) -> float:
         args = self.args
         run_id = f"{self.prefix}-p{r}"
-        run_dir = self.work / f"pipeline-{r}"
         self.topics.extend(topic_names(run_id))
-        cmd = [sys.executable, "-m", "spark_jobs.pipeline", "windowed-count", "--input", str(self.data),
-               "--key", "user", "--event-time", "event_time", "--window", args.window,
-               *[x for c in SUMS for x in ("--sum", c)], "--output", str(output),
-               "--kafka-config", str(self.cluster.properties), "--master", args.master,
-               "--partitions", str(args.partitions), "--tasks", str(args.tasks), "--run-id", run_id,
-               "--run-dir", str(run_dir), "--timeout", "1800"]
-        seconds = run_process(cmd, self.work / f"pipeline-{r}.log")
-        summary = orjson.loads((run_dir / "pipeline.json").read_bytes())
+        try:
+            seconds, summary = run_pipeline(
+                self.data, output, self.work / f"pipeline-{r}", self.cluster.properties, window=args.window,
+                sums=SUMS, master=args.master, tasks=args.tasks, timeout=1800,
+                options=("--partitions", str(args.partitions), "--run-id", run_id))
+        except JobFailed as exc:
+            raise BenchError(str(exc)) from exc
         self.samples["eos", CM].append(float(summary["eos_to_sink_seconds"]))
         self.samples["eos hop", CM].append(float(summary["eos_last_hop_seconds"]))
         walls = summary["wall_seconds"]
@@ -518,7 +518,6 @@ def bare_write(df: DataFrame, servers: str, topic: str, key: str, run: str | Non
     from pyspark.sql import functions as F
 
     def produce(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import orjson
         import pyarrow as pa
         from confluent_kafka import Producer
         from pyspark import TaskContext
@@ -603,16 +602,12 @@ def compare_outputs(path: Path, oracle: Path) -> tuple[int, int]:
 
 
 def run_process(cmd: list[str], log: Path) -> float:
-    """Run ``cmd`` to its end with its output in ``log``; returns its wall time. Raises
-    :class:`BenchError` with the log's tail when it fails."""
-    started = time.monotonic()
-    with log.open("wb") as out:
-        done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False)
-    seconds = time.monotonic() - started
-    if done.returncode != 0:
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-        raise BenchError(f"{' '.join(cmd[1:3])} failed (exit {done.returncode}); end of {log}:\n{tail}")
-    return seconds
+    """Run ``cmd`` to its end with its output in ``log`` (``harness.run_job``); returns its wall time.
+    Raises :class:`BenchError` with the log's tail when it fails."""
+    try:
+        return run_job(" ".join(cmd[1:3]), cmd, log, timeout=PROCESS_TIMEOUT_S).seconds
+    except JobFailed as exc:
+        raise BenchError(str(exc)) from exc
 
 
 def rate(value: float) -> str:

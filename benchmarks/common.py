@@ -1,7 +1,7 @@
 """What the benchmark scripts share: the Kafka cluster of a run, and the harness of the streaming chain's
 benchmarks (``bench_streaming.py``, ``bench_stages.py``): the :class:`Observer` threads, the :class:`Chain` of
-two applications run as jobs, the generator (:func:`run_generator`), and the steps every live phase takes
-(:func:`run_live`) and every bounded one starts with (:func:`prefill`).
+two applications run as jobs, and the steps every live phase takes (:func:`run_live`, its generator run by
+``harness.run_generator``) and every bounded one starts with (:func:`prefill`).
 
 Imported by the scripts as a sibling module (``python benchmarks/<script>.py`` puts this directory first
 on ``sys.path``).
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
+from harness import run_generator
 
 from controlmsg.clusters.job_group import JobGroup
 from controlmsg.clusters.jobs import Job
@@ -72,7 +73,8 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
                                               "started for the run)")
 
 
-def _given(args: argparse.Namespace) -> bool:
+def cluster_given(args: argparse.Namespace) -> bool:
+    """Whether the options or ``$KAFKA_BOOTSTRAP_SERVERS`` name a cluster (else a benchmark starts a broker)."""
     if args.bootstrap_servers or args.kafka_config or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
         return True
     return any(s.partition("=")[0].strip() == "bootstrap.servers" for s in args.kafka_settings)
@@ -85,7 +87,7 @@ def kafka_cluster(args: argparse.Namespace) -> Iterator[Cluster]:
     removed on exit). Says which on stdout."""
     work = Path(tempfile.mkdtemp(prefix="controlmsg-bench-kafka-"))
     try:
-        if _given(args):
+        if cluster_given(args):
             config = client_config_from_args(args, default_servers=local_bootstrap_servers)
             print(f"broker: {config['bootstrap.servers']} (given)", flush=True)
             yield Cluster(config, write_properties(config, work / "kafka.properties"))
@@ -367,6 +369,20 @@ class Chain:
                            poll_s=a.observer_poll, batch_size=a.observer_batch)
         return events, windows
 
+    def start_observers(self, groups: bool = False) -> tuple[Observer, Observer]:
+        """:meth:`observers`, started."""
+        events, windows = self.observers(groups=groups)
+        events.start()
+        windows.start()
+        return events, windows
+
+    def check_apps(self, *, ended_ok: bool = False) -> None:
+        """Raise ``JobError`` (with the exit code and the log's tail) if an application has failed, or, unless
+        ``ended_ok``, has ended at all."""
+        for app in self.apps.values():
+            if not ended_ok or app.poll() not in (None, 0):
+                app.ensure_running()
+
     def _common(self, job: str) -> list[str]:
         # --parent-pid: the jobs stop by themselves if this script dies.
         return ["--kafka-config", str(self.cluster.properties), "--run-id", self.run_id, "--master", self.args.master,
@@ -483,26 +499,6 @@ def add_chain_options(p: argparse.ArgumentParser) -> None:
     add_cluster_options(p)
 
 
-def run_generator(argv: list[str], log_path: Path, timeout: float) -> tuple[int, float]:
-    """Run ``python -m spark_jobs.generate`` (``argv``) to its end as a job of its own, output to
-    ``log_path``, killed after ``timeout`` s. Returns the source topic's records (the sum of the end offsets
-    it prints last) and the ``time.monotonic()`` it ended at; raises ``RuntimeError`` if it fails."""
-    gen = Job("generator", argv, log_path)
-    try:
-        gen.start()
-        code = gen.wait(timeout)
-        ended = time.monotonic()
-        if code != 0:
-            raise RuntimeError(f"generator {'still running' if code is None else f'failed ({code})'} after "
-                               f"{timeout:g} s:\n{gen.tail(25, indent='    ')}")
-        for line in reversed(log_path.read_bytes().splitlines()):
-            if line.startswith(b'{"topic"'):
-                return sum(orjson.loads(line)["endOffsets"].values()), ended
-        raise RuntimeError(f"the generator printed no end offsets:\n{gen.tail(25, indent='    ')}")
-    finally:
-        gen.close()
-
-
 @dataclass
 class LiveRun:
     """What :func:`run_live` saw: its two observers (halted), and when what happened (``time.monotonic()``,
@@ -529,9 +525,7 @@ def run_live(chain: Chain, settle: Callable[[LiveRun], Callable[[], bool]], *, g
     the observers are stopped whatever happens; raises what they or the generator raised."""
     a = chain.args
     chain.create_topics()
-    events_obs, windows_obs = chain.observers(groups=groups)
-    events_obs.start()
-    windows_obs.start()
+    events_obs, windows_obs = chain.start_observers(groups=groups)
     try:
         t_start = time.monotonic()
         chain.start_live()
@@ -548,8 +542,7 @@ def run_live(chain: Chain, settle: Callable[[LiveRun], Callable[[], bool]], *, g
         settled = settle(run)
         grace = gen_ended + a.grace
         while time.monotonic() < grace:
-            for app in chain.apps.values():
-                app.ensure_running()
+            chain.check_apps()
             if settled():
                 break
             time.sleep(poll_s)

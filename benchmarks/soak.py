@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from common import add_cluster_options, load_average
+from common import add_cluster_options, cluster_given, load_average
 
 from controlmsg.clusters.job_group import JobGroup
 from controlmsg.clusters.jobs import Job
@@ -712,11 +712,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "samples.csv").unlink(missing_ok=True)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from common import _given
-
     broker_dir = out / "broker"
     handle = None
-    if _given(a):
+    if cluster_given(a):
         config = dict(client_config_from_args(a, default_servers=local_bootstrap_servers))
     else:
         from controlmsg.clusters.broker import start_broker
