@@ -78,12 +78,21 @@ class StageProgress:
         """The watermark a stage may forward after this micro-batch (ms), before its floor (the last one
         written) is applied; ``None``: nothing to forward yet.
 
-        Spark's watermark in force when the query has one (>0). Before it (a query's first micro-batch, or
-        before its inputs' first reconciled watermark), a query on :func:`with_watermark` forwards nothing:
+        A query without state on :func:`with_watermark` forwards its inputs' reconciled watermark as of the
+        end of this micro-batch (:attr:`reconciled`), one micro-batch before Spark's watermark gets there:
+        every row it writes later comes from a record read later, kept only when at or after that record's
+        ``_watermark``, itself at least the reconciled watermark at the start of its micro-batch; and what
+        this micro-batch read is written before the round. A query with state keeps Spark's watermark in
+        force: its windows, its join's pairs, are emitted up to it, a micro-batch after their input.
+
+        Else Spark's watermark in force when the query has one (>0). Before it (a query's first micro-batch,
+        or before its inputs' first reconciled watermark), a query on :func:`with_watermark` forwards nothing:
         its input's reconciled watermark is not known to have passed anything, and the largest event time
         seen may run ahead of it (a slow input's, a slow task's records are still to come). Only a query
         without watermark rows falls back to the weaker rule, ``max_event_time`` minus
         ``allowed_lateness_ms`` (documented as such: docs/SPARK.md)."""
+        if not self.stateful and self.reconciled is not None:
+            return min(max(self.watermark, self.reconciled), MAX_TIMESTAMP - 1)
         if self.watermark > 0:
             return min(self.watermark, MAX_TIMESTAMP - 1)
         if self.watermark_rows or max_event_time is None:

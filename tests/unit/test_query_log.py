@@ -121,13 +121,14 @@ def test_progress_timestamps_read_back_exactly_to_the_end_of_time(ms: int) -> No
 
 
 def test_before_sparks_first_watermark_a_stage_on_with_watermark_forwards_nothing(tmp_path: Path) -> None:
-    """A query's first micro-batch (Spark's watermark 0) on :func:`with_watermark`: the largest event time seen
+    """A stateful query's first micro-batch (Spark's watermark 0) on :func:`with_watermark`: the largest event time seen
     may be ahead of what an input (a slow one, a slow task) has promised, so nothing is forwarded until Spark's
     watermark, which is the reconciled one. Only a query without watermark rows takes the weaker rule."""
     no_rows = json.dumps({"bookkeeping": {"streamEnded": False, "emittedWatermark": 600_000}})
     entry(tmp_path, 0, "v1", json.dumps({"batchWatermarkMs": 0}), controlmsg_offset(600_000), no_rows)
     entry(tmp_path, 1, "v1", json.dumps({"batchWatermarkMs": 600_000}), controlmsg_offset(600_000))
     entry(tmp_path, 2, "v1", json.dumps({"batchWatermarkMs": 0}), no_rows)
+    (tmp_path / "state").mkdir()  # a query with state (windows): one without forwards its input's (below)
     first, second, plain = (stage_progress(tmp_path, b, "t") for b in (0, 1, 2))
     assert first.watermark_rows and not plain.watermark_rows
     assert first.forwarded(1_170_000, 0) is None
@@ -135,6 +136,22 @@ def test_before_sparks_first_watermark_a_stage_on_with_watermark_forwards_nothin
     assert plain.forwarded(1_170_000, 10_000) == 1_160_000  # largest event time minus allowedLateness
     assert plain.forwarded(None, 0) is None
     # The same facts from a progress, as the driver program's rounds read them (stageProgress driver)
-    progress = {"eventTime": {}, "sources": [{"endOffset": json.loads(controlmsg_offset(600_000))}]}
+    progress = {"eventTime": {}, "sources": [{"endOffset": json.loads(controlmsg_offset(600_000))}],
+                "stateOperators": [{"numRowsTotal": 0}]}
     assert progress_of(progress).forwarded(1_170_000, 0) is None
     assert progress_of({**progress, "eventTime": {"watermark": _iso_ms(600_000)}}).forwarded(1_170_000, 0) == 600_000
+
+
+def test_a_stage_without_state_forwards_its_inputs_reconciled_watermark_a_micro_batch_early(tmp_path: Path) -> None:
+    """Spark's watermark in micro-batch n is the reconciled watermark of n - 1; a stage without state forwards
+    the reconciled watermark of n itself after n (a stateful one keeps Spark's: its windows come a
+    micro-batch after their input)."""
+    entry(tmp_path, 0, "v1", json.dumps({"batchWatermarkMs": 0}), controlmsg_offset(600_000))
+    entry(tmp_path, 1, "v1", json.dumps({"batchWatermarkMs": 600_000}), controlmsg_offset(1_200_000),
+          controlmsg_offset(900_000))
+    first, second = stage_progress(tmp_path, 0, "t"), stage_progress(tmp_path, 1, "t")
+    assert first.forwarded(None, 0) == 600_000  # before Spark's first watermark too
+    assert second.forwarded(None, 0) == 900_000  # the smallest over the inputs, ahead of Spark's 600_000
+    (tmp_path / "state").mkdir()
+    assert stage_progress(tmp_path, 0, "t").forwarded(None, 0) is None
+    assert stage_progress(tmp_path, 1, "t").forwarded(None, 0) == 600_000
