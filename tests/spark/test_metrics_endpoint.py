@@ -18,7 +18,7 @@ from controlmsg.spark import serve_metrics, source_metrics, with_watermark
 from controlmsg.spark.metrics import stop_metrics
 from tests.spark.test_event_time import Upstream, at, stream, wait_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.beside]  # the second lane of make test
 
 Scraped = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

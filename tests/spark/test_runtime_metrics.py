@@ -24,7 +24,7 @@ from controlmsg.kafka import ControlWriter, create_topic
 from controlmsg.streaming import run_long_running_tasks, run_window_task, serve_job_metrics, state_topic_config
 from tests.spark.test_event_time import wait_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.beside]  # the second lane of make test
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = "r1"
