@@ -30,16 +30,19 @@ class GroupProgress:
 
     def __init__(self, config: Mapping[str, Any], group_id: str) -> None:
         self.group_id = group_id
-        conf = {**for_client(config, "consumer"), "group.id": group_id, "enable.auto.commit": False,
-                "client.id": f"controlmsg-progress-{uuid.uuid4().hex[:8]}"}
-        self._consumer: Consumer | None = Consumer(conf)
+        self._conf = {**for_client(config, "consumer"), "group.id": group_id, "enable.auto.commit": False,
+                      "client.id": f"controlmsg-progress-{uuid.uuid4().hex[:8]}"}
+        self._consumer: Consumer | None = None  # made at the first commit
+        self._committed: dict[tuple[str, int], int] = {}
 
     def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
-        """Commit ``offsets`` ((topic, partition) -> next offset to read), synchronously. Raises
-        :class:`~controlmsg.errors.ControlMsgError` naming the group and the broker's reason when refused (a
-        group with live members, no authorization)."""
-        if not offsets or self._consumer is None:
+        """Commit ``offsets`` ((topic, partition) -> next offset to read), synchronously, unless they are what
+        was committed last. Raises :class:`~controlmsg.errors.ControlMsgError` naming the group and the
+        broker's reason when refused (a group with live members, no authorization)."""
+        if not offsets or dict(offsets) == self._committed:
             return
+        if self._consumer is None:
+            self._consumer = Consumer(self._conf)
         parts = [TopicPartition(topic, partition, offset) for (topic, partition), offset in sorted(offsets.items())]
         try:
             done = self._consumer.commit(offsets=parts, asynchronous=False)
@@ -50,6 +53,7 @@ class GroupProgress:
         if failed:
             raise ControlMsgError(f"consumer group {self.group_id!r} (option groupId): the broker refused the "
                                   f"offsets of {failed[0].topic} partition {failed[0].partition}: {failed[0].error}")
+        self._committed = dict(offsets)
 
     def close(self) -> None:
         if self._consumer is not None:

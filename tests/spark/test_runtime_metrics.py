@@ -8,14 +8,12 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 
 from controlmsg.clusters.job_group import JobGroup
@@ -23,6 +21,7 @@ from controlmsg.clusters.processes import free_ports
 from controlmsg.kafka import ControlWriter, create_topic
 from controlmsg.streaming import run_long_running_tasks, run_window_task, serve_job_metrics, state_topic_config
 from tests.spark.test_event_time import wait_for
+from tests.spark.test_metrics_endpoint import Scraped, scrape
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.beside]  # the second lane of make test
 
@@ -30,20 +29,6 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN = "r1"
 MINUTE = 60_000
 T0 = 1_767_225_600_000
-Scraped = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def scrape(url: str) -> tuple[dict[str, str], Scraped]:
-    """The families' types by name, and every sample by (name, sorted labels)."""
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
-        text = response.read().decode()
-    types: dict[str, str] = {}
-    samples: Scraped = {}
-    for family in text_string_to_metric_families(text):
-        types[family.name] = family.type
-        for s in family.samples:
-            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return types, samples
 
 
 def labels(task: int, topic: str, **more: str) -> tuple[tuple[str, str], ...]:

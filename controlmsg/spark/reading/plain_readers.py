@@ -228,7 +228,6 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._scan = DriverScan(options, event_time_reader(options, schema)) if self._rule is not None else None
         self._status: WatermarkStatus[PartitionRef] | None = None  # the watermark at the micro-batch just planned
         self._group: GroupProgress | None = None  # option groupId
-        self._reported: dict[PartitionRef, int] = {}  # what was committed to it last
 
     def initialOffset(self) -> dict[str, Any]:
         consumer = self._open()
@@ -398,13 +397,9 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         last) to that consumer group, for lag tools."""
         if self.opts.group_id is None:
             return
-        consumed = _positions(start, self.opts)
-        if consumed == self._reported:
-            return
         if self._group is None:
             self._group = GroupProgress(dict(self.opts.config), self.opts.group_id)
-        self._group.commit(consumed)
-        self._reported = consumed
+        self._group.commit(_positions(start, self.opts))
 
     def stop(self) -> None:
         if self._scan is not None:

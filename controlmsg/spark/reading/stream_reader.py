@@ -92,7 +92,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._errors = ConsumerErrors()
         self._partitions: list[int] | None = None
         self._group: GroupProgress | None = None  # option groupId
-        self._reported: dict[tuple[str, int], int] = {}  # what was committed to it last
 
     # ---------------------------------------------------------------- Spark's calls
 
@@ -205,14 +204,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         record follows), so a caught-up stream shows no lag."""
         if self.opts.group_id is None:
             return
-        consumed = {(self.opts.topic, p): max(o, self._eof.get(p, o)) if p in self._at_end else o
-                    for p, o in scan.positions.items()}
-        if consumed == self._reported:
-            return
         if self._group is None:
             self._group = GroupProgress(dict(self.opts.config), self.opts.group_id)
-        self._group.commit(consumed)
-        self._reported = consumed
+        self._group.commit({(self.opts.topic, p): max(o, self._eof.get(p, o)) if p in self._at_end else o
+                            for p, o in scan.positions.items()})
 
     def stop(self) -> None:
         if self._consumer is not None:
