@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+from collections.abc import Callable
 from types import FrameType
 from typing import Any, Final, NoReturn
 
@@ -40,9 +41,26 @@ the background by a non-interactive shell inherits SIGINT ignored, and Python th
 KeyboardInterrupt, so ``kill -INT`` would not end it."""
 
 
-def _handle_ending_signals() -> list[Any]:
-    """Install :func:`_on_signal` for :data:`_ENDING_SIGNALS`; returns the previous handlers, in order."""
-    return [signal.signal(signum, _on_signal) for signum in _ENDING_SIGNALS]
+def _handle_ending_signals(handler: Callable[[int, FrameType | None], Any] = _on_signal) -> list[Any]:
+    """Install ``handler`` (default :func:`_on_signal`) for :data:`_ENDING_SIGNALS`; returns the previous
+    handlers, in order."""
+    return [signal.signal(signum, handler) for signum in _ENDING_SIGNALS]
+
+
+class _Stopping:
+    """An ending signal noted, to be acted on where the command's work is whole (a handler that raises could
+    land between a batch read and the checkpoint of what was printed of it)."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+
+    def note(self, signum: int, frame: FrameType | None) -> None:
+        self.signal = self.signal or signal.Signals(signum).name
+
+    def check(self) -> None:
+        """Raise :class:`_Interrupted` once a signal was noted."""
+        if self.signal is not None:
+            raise _Interrupted(self.signal)
 
 
 def _restore_signals(previous: list[Any]) -> None:

@@ -23,6 +23,7 @@ from controlmsg.cli.common import (
     _handle_ending_signals,
     _Interrupted,
     _restore_signals,
+    _Stopping,
 )
 from controlmsg.core.events import PartitionEnded, StreamEnded, WatermarkAdvanced
 from controlmsg.core.progress import expected_task_names, waiting_for
@@ -114,12 +115,16 @@ def _cmd_consume(args: argparse.Namespace) -> int:
         stop_at_end=args.until_eos, topic_timeout=topic_timeout, partitions=partitions, start_offsets=start_offsets,
     )
     out = sys.stdout.buffer
-    previous = _handle_ending_signals()
+    # A signal is acted on between batches only: one that landed between a poll and the write of what it
+    # returned would leave a checkpoint past lines never printed (a restart would then skip them).
+    stopping = _Stopping()
+    previous = _handle_ending_signals(stopping.note)
     code = EXIT_OK
     printed = 0
     owned_set = set(reader.positions)
     try:
         while True:
+            stopping.check()
             if args.until_eos and reader.tracker.is_ended:
                 break
             if args.exit_at_end and reader.partitions_at_end >= owned_set:
