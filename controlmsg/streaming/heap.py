@@ -1,8 +1,8 @@
 """Giving the C heap's free memory back to the operating system, for long-running tasks whose memory has a
 transient peak (a restarted window task's restore and catch-up) and then a much smaller steady state.
 
-glibc's ``malloc`` keeps what is freed in its arenas (one per thread that allocated: librdkafka's threads
-have theirs), and only returns the top of the main heap by itself. What a peak left free in the middle of
+glibc's ``malloc`` keeps what is freed in its arenas (the main heap, and more arenas for other threads
+such as librdkafka's), and by itself only returns memory at the top of a heap. What a peak left free in the middle of
 an arena stays in the process's RSS until ``malloc_trim`` hands those pages back. Elsewhere (another libc,
 another system) :func:`release_free_heap` does nothing.
 """

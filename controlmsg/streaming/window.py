@@ -183,9 +183,9 @@ class _Task:
 
     def trim_heap(self, when: str) -> None:
         """Give the C heap's free pages back (:func:`~controlmsg.streaming.heap.release_free_heap`): a restore
-        and a catch-up read far more at once than the steady state, and glibc keeps what they freed in the
-        arenas of the threads that allocated it (librdkafka's), so without this a restarted task settles
-        higher than a fresh one. Logs the RSS it returned when that is large."""
+        and a catch-up read far more at once than the steady state, and glibc keeps in its arenas what they
+        freed wherever a chunk still in use sits above it, so without this a restarted task settles higher
+        than a fresh one (docs/SOAK.md). Logs the RSS it returned when that is large."""
         before = rss_bytes()
         if not release_free_heap() or before is None:
             return
