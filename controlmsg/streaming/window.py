@@ -30,6 +30,7 @@ count), so a restarting task reads one partition only.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ from controlmsg.kafka.periodic_log import Progress
 from controlmsg.kafka.reader import ControlReader
 from controlmsg.kafka.writer import ControlWriter
 from controlmsg.metrics.server import Reporter
+from controlmsg.streaming.heap import release_free_heap, rss_bytes
 from controlmsg.streaming.state_topic import read_task_state, state_key, state_topic_config, write_task_state
 from controlmsg.streaming.task_metrics import WINDOW_STAGE, window_samples
 from controlmsg.streaming.window_state import STATE_FORMAT, TaskStateLog
@@ -77,6 +79,8 @@ HEADER_LATE_TOPIC: Final = "controlmsg-late-topic"
 HEADER_LATE_PARTITION: Final = "controlmsg-late-partition"
 HEADER_LATE_OFFSET: Final = "controlmsg-late-offset"
 HEADER_LATE_TASK: Final = "controlmsg-late-upstream-task"
+_TRIM_LOGGED_BYTES: Final = 16 << 20
+"""A heap trim that lowers the RSS by at least this much is logged (it follows a peak: restore, catch-up)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +150,7 @@ class _Task:
         except BaseException:
             self._abandon()
             raise
+        self.trim_heap("after the restore")
 
     # ------------------------------------------------------------------ restore
 
@@ -175,6 +180,20 @@ class _Task:
         )
         return ControlReader(config, self.input_topic, partitions=self.partitions, run_id=self.run_id,
                              resume_from=checkpoint)
+
+    def trim_heap(self, when: str) -> None:
+        """Give the C heap's free pages back (:func:`~controlmsg.streaming.heap.release_free_heap`): a restore
+        and a catch-up read far more at once than the steady state, and glibc keeps in its arenas what they
+        freed wherever a chunk still in use sits above it, so without this a restarted task settles higher
+        than a fresh one (docs/SOAK.md). Logs the RSS it returned when that is large."""
+        before = rss_bytes()
+        if not release_free_heap() or before is None:
+            return
+        after = rss_bytes()
+        if after is not None and before - after >= _TRIM_LOGGED_BYTES:
+            print(f"{time.strftime('%H:%M:%S')} stream_window task {self.task_index}: {when}, returned "
+                  f"{(before - after) >> 20} MB of free heap (RSS {before >> 20} -> {after >> 20} MB)",
+                  file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------ writing
 
@@ -371,6 +390,7 @@ def run_window_task(
                                   f"{task.windows.open_windows:,} open windows, {task.windows.late_count:,} late, "
                                   f"{task.windows_emitted:,} emitted, {task.commits} commits")
                 task.report(reporter)
+                task.trim_heap("at a progress line")
             if (stop is not None and stop()) or (deadline is not None and time.monotonic() >= deadline):
                 if task.dirty:
                     task.commit()
