@@ -77,6 +77,9 @@ def _consume_refusal(args: argparse.Namespace) -> str | None:
     if args.count is not None and args.checkpoint:
         return ("-c and --checkpoint: a checkpoint saved after -c stops could stand past records read but not "
                 "printed; leave out one of them")
+    if args.count is not None and args.group_id:
+        return ("-c and --group-id: the offsets committed after -c stops could stand past records read but not "
+                "printed; leave out one of them")
     if args.count is not None and args.count < 1:
         return f"-c {args.count}: give a count of at least 1"
     return None
@@ -113,6 +116,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
     reader = ControlReader(
         conf, args.topic, run_id=args.run_id, checkpoint=store, dead_letter_topic=args.dead_letter_topic,
         stop_at_end=args.until_eos, topic_timeout=topic_timeout, partitions=partitions, start_offsets=start_offsets,
+        group_id=args.group_id,
     )
     out = sys.stdout.buffer
     # A signal is acted on between batches only: one that landed between a poll and the write of what it

@@ -78,6 +78,9 @@ def _add_consume_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     c.add_argument("--timeout", type=float, help="exit 3 if end of stream has not come after SECONDS")
     c.add_argument("--dead-letter-topic", help="send bad records here (reason in a header) instead of failing")
     c.add_argument("--checkpoint", help="resume from and save offsets and bookkeeping to this file")
+    c.add_argument("--group-id", metavar="GROUP",
+                   help="also commit the offsets read to this consumer group after each batch, for lag tools "
+                        "(kafka-consumer-groups, Burrow); nothing reads from it")
     c.add_argument("-o", dest="offset", metavar="OFFSET",
                    help="start at: beginning (the default), end, N (absolute offset), -N (N before the end) or "
                         "s@TIMESTAMP_MS, as kcat -o; not with an existing --checkpoint")

@@ -1,9 +1,10 @@
 """The downstream side: read an intermediate topic, feed the bookkeeping, yield data and events.
 
-:class:`ControlReader` assigns itself partitions of one topic (never joins a consumer group, never
-commits offsets to Kafka: its position lives in its checkpoint), consumes in batches, decodes every
-record, feeds control messages to an :class:`~controlmsg.core.bookkeeping.InputTracker` and returns, in
-order, :class:`~controlmsg.kafka.data_records.DataRecord` items (or :class:`~controlmsg.kafka.data_records.DataColumns`)
+:class:`ControlReader` assigns itself partitions of one topic (never joins a consumer group: its position
+lives in its checkpoint; with ``group_id`` it also reports that position to a group, for lag tools), consumes
+in batches, decodes every record, feeds control messages to an
+:class:`~controlmsg.core.bookkeeping.InputTracker` and returns, in order,
+:class:`~controlmsg.kafka.data_records.DataRecord` items (or :class:`~controlmsg.kafka.data_records.DataColumns`)
 and the tracker's events.
 
 Bad records (undecodable, unknown version, protocol violations) either stop the reader with the
@@ -37,6 +38,7 @@ from controlmsg.kafka.deadletter import (
     check_dead_letter_topic,
 )
 from controlmsg.kafka.fetching import EOF_FETCH_WAIT_MS, consume_ready
+from controlmsg.kafka.group_offsets import GroupProgress
 from controlmsg.kafka.refusals import check_client
 from controlmsg.kafka.retry import ConsumerErrors
 from controlmsg.kafka.settings import flag, for_client
@@ -98,7 +100,9 @@ class ControlReader:
     ``stop_at_end``: stop taking records from a batch right after the stream ends, so the checkpoint
     stands exactly at end of stream. ``start_offsets``: where to start reading (partition -> absolute
     offset) instead of the beginning, without a checkpoint to resume (a ``ValueError`` with one); the
-    bookkeeping then knows only the control messages from there on.
+    bookkeeping then knows only the control messages from there on. ``group_id``: a consumer group to
+    report progress to, for lag tools (:meth:`report_progress`; :meth:`save_checkpoint` calls it): the
+    reader's position stays in its checkpoint, and nothing reads from that group.
 
     With ``enable.partition.eof`` true in ``config``, :attr:`partitions_at_end` collects the partitions
     whose end (the last committed offset when reached) the reader has reached at least once.
@@ -122,6 +126,7 @@ class ControlReader:
         stop_at_end: bool = True,
         topic_timeout: float = 30.0,
         start_offsets: Mapping[int, int] | None = None,
+        group_id: str | None = None,
     ) -> None:
         self.topic = topic
         self.batch_size = batch_size
@@ -171,6 +176,7 @@ class ControlReader:
         self._conf = conf
         reset = conf.get("auto.offset.reset")
         self._consumer.assign([TopicPartition(topic, p, start_offset(o, reset)) for p, o in self._positions.items()])
+        self._group = GroupProgress(config, group_id) if group_id is not None else None
         self._dlq: DeadLetters | None = None
         if dead_letter_topic is not None:
             # Fail before reading anything if bad records would have nowhere to go.
@@ -356,18 +362,57 @@ class ControlReader:
         """The current position and bookkeeping, as one consistent checkpoint."""
         return Checkpoint(self.topic, dict(self._positions), self.tracker.snapshot())
 
+    def consumed_offsets(self) -> dict[int, int]:
+        """Per owned partition read from, the offset this reader is done up to, as lag tools count it. That is
+        the next offset to read, moved past what no reader is given: the transaction markers and aborted
+        records librdkafka skipped after the last record taken (its own position), and, on a partition whose
+        end of stream was read, everything up to the partition's end as last fetched (what other runs write
+        there is never read), as :meth:`lag` counts 0 there. After a bad record stopped the reader, only the
+        next offset to read (librdkafka's position may stand past records of its batch never taken).
+        Partitions not read from yet are left out."""
+        ended = self.tracker.ended_partitions
+        skipped: dict[int, int] = {}
+        if self._error is None:
+            owned = [TopicPartition(self.topic, p) for p in self._positions]
+            skipped = {tp.partition: tp.offset for tp in self._consumer.position(owned)}
+        done: dict[int, int] = {}
+        for p, position in self._positions.items():
+            if position < 0:
+                continue
+            position = max(position, skipped.get(p, -1))
+            if p in ended:
+                try:
+                    _, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)
+                except KafkaException:
+                    high = -1
+                position = max(position, high)
+            done[p] = position
+        return done
+
+    def report_progress(self) -> None:
+        """With ``group_id``: commit :meth:`consumed_offsets` to that consumer group (when they changed), for
+        ``kafka-consumer-groups``, Burrow and the lag exporters. Call it once what was read is durable (after
+        a checkpoint). Without a group, nothing. Raises :class:`~controlmsg.errors.ControlMsgError` naming
+        the group when the broker refuses (a group that live consumers use, no authorization)."""
+        if self._group is not None:
+            self._group.commit({(self.topic, p): o for p, o in self.consumed_offsets().items()})
+
     def save_checkpoint(self) -> None:
-        """Make dead-lettered records durable, then save :meth:`checkpoint` to the store (if any).
-        Call it after the items returned so far have been handled. Raises DeliveryError/CheckpointError."""
+        """Make dead-lettered records durable, then save :meth:`checkpoint` to the store (if any), then
+        :meth:`report_progress`. Call it after the items returned so far have been handled. Raises
+        DeliveryError/CheckpointError, and what :meth:`report_progress` raises."""
         if self._dlq is not None:
             self._dlq.flush(self.topic)
         if self._store is not None:
             self._store.save(self.checkpoint())
+        self.report_progress()
 
     def close(self) -> None:
         """Leave the topic. Does not save a checkpoint."""
         if self._dlq is not None:
             self._dlq.close()
+        if self._group is not None:
+            self._group.close()
         self._consumer.close()
 
     def __enter__(self) -> ControlReader:

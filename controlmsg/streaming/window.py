@@ -112,8 +112,9 @@ class _Task:
 
     def __init__(self, config: Mapping[str, Any], *, input_topic: str, partitions: list[int], run_id: str,
                  output_topic: str, late_topic: str, state_topic: str, task_index: int, task_count: int,
-                 window_ms: int, sums: Sequence[str]) -> None:
+                 window_ms: int, sums: Sequence[str], group_id: str | None = None) -> None:
         self.input_topic = input_topic
+        self.group_id = group_id
         self.partitions = sorted(partitions)
         self.run_id = run_id
         self.late_topic = late_topic
@@ -140,7 +141,8 @@ class _Task:
             self.resumed = log is not None
             if log is None:
                 self.windows = TumblingWindows(window_ms, sums)
-                self.reader = ControlReader(config, input_topic, partitions=self.partitions, run_id=run_id)
+                self.reader = ControlReader(config, input_topic, partitions=self.partitions, run_id=run_id,
+                                            group_id=group_id)
             else:
                 state = log.header
                 assert state is not None  # read_task_state returns a log with a header only
@@ -179,7 +181,7 @@ class _Task:
             dict(state["bookkeeping"]),
         )
         return ControlReader(config, self.input_topic, partitions=self.partitions, run_id=self.run_id,
-                             resume_from=checkpoint)
+                             resume_from=checkpoint, group_id=self.group_id)
 
     def trim_heap(self, when: str) -> None:
         """Give the C heap's free pages back (:func:`~controlmsg.streaming.heap.release_free_heap`): a restore
@@ -292,6 +294,7 @@ class _Task:
         self.windows.mark_committed()
         self.commits += 1
         self.committed_positions = self.reader.positions
+        self.reader.report_progress()  # with a group: the offsets just committed, for lag tools
 
     @property
     def dirty(self) -> bool:
@@ -359,6 +362,7 @@ def run_window_task(
     stop: Callable[[], bool] | None = None,
     timeout_s: float | None = None,
     metrics_url: str | None = None,
+    group_id: str | None = None,
 ) -> TaskSummary:
     """Run window task ``task_index`` of ``task_count`` over ``partitions`` of ``input_topic`` until end of
     stream, ``stop()`` returns true, or ``timeout_s`` passes (the last two commit the state first).
@@ -368,11 +372,13 @@ def run_window_task(
     ``transactional.id``). ``sums``: the fields summed per window. A failure aborts the open transaction and
     raises; a restart then resumes at the last commit. ``metrics_url``: the job's metrics endpoint
     (:func:`~controlmsg.streaming.task_metrics.serve_job_metrics`), which the task reports its samples to with
-    each progress line and when it returns (a report that fails never fails the task).
+    each progress line and when it returns (a report that fails never fails the task). ``group_id``: a
+    consumer group that each commit also reports the task's input offsets to, for lag tools
+    (:meth:`~controlmsg.kafka.reader.ControlReader.report_progress`; a refusal fails the task like any error).
     """
     task = _Task(config, input_topic=input_topic, partitions=partitions, run_id=run_id, output_topic=output_topic,
                  late_topic=late_topic, state_topic=state_topic, task_index=task_index, task_count=task_count,
-                 window_ms=window_ms, sums=sums)
+                 window_ms=window_ms, sums=sums, group_id=group_id)
     reporter = None if metrics_url is None else Reporter(
         metrics_url, [WINDOW_STAGE, str(task_index)], f"stream_window task {task_index}")
     try:

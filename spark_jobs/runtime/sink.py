@@ -104,6 +104,7 @@ def run_stream_sink(
     checkpoint_interval_s: float = 0.5,
     timeout_s: float | None = None,
     stop: Callable[[], bool] | None = None,
+    group_id: str | None = None,
 ) -> dict[str, Any]:
     """Append the window results of ``input_topic`` (run ``run_id``) to ``output`` until end of stream,
     ``stop()`` or ``timeout_s``; resume from the checkpoint beside ``output`` when there is one.
@@ -112,7 +113,8 @@ def run_stream_sink(
     ``input_ended_at`` (epoch s when the end of stream was read, or ``None``). Raises ``ValueError`` for
     an output format that cannot be appended, :class:`CheckpointError` when the checkpoint does not fit
     the output file (shorter than the checkpoint says: the file was changed by someone else), and the
-    reader's errors (located :class:`~controlmsg.errors.ProtocolError`, ``ReadError``).
+    reader's errors (located :class:`~controlmsg.errors.ProtocolError`, ``ReadError``). ``group_id``: a
+    consumer group that each checkpoint also reports the offsets read to, for lag tools.
     """
     rows = _Rows(_format(output), sums)
     target = Path(output)
@@ -140,7 +142,8 @@ def run_stream_sink(
         # Started before its upstream (the pipeline's default order), it waits for the topic as long as for
         # the stream: a busy cluster may take minutes to start the job that creates it.
         topic_wait = timeout_s if timeout_s is not None else 600.0
-        with ControlReader(config, input_topic, run_id=run_id, resume_from=saved, topic_timeout=topic_wait) as reader:
+        with ControlReader(config, input_topic, run_id=run_id, resume_from=saved, topic_timeout=topic_wait,
+                           group_id=group_id) as reader:
             deadline = None if timeout_s is None else time.monotonic() + timeout_s
             next_save = time.monotonic() + checkpoint_interval_s
             dirty = saved is None
@@ -179,6 +182,7 @@ def _save(file: Any, store: FileCheckpointStore, reader: ControlReader, run_id: 
     os.fsync(file.fileno())
     extra = {"runId": run_id, "outputBytes": file.tell(), "rows": rows, "inputEndedAt": ended_at}
     store.save(replace(reader.checkpoint(), extra=extra))
+    reader.report_progress()  # option --group-id: the offsets now checkpointed, for lag tools
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -191,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-interval", default="500ms", help="how often the output is made durable")
     p.add_argument("--timeout", type=float, help="stop (checkpointed) after SECONDS without end of stream")
     p.add_argument("--summary", help="write the run summary (JSON) here")
+    p.add_argument("--group-id", metavar="GROUP",
+                   help="also commit the offsets read to this consumer group at each checkpoint, for lag tools "
+                        "(kafka-consumer-groups, Burrow); nothing reads from it")
     p.add_argument("--parent-pid", type=int, metavar="PID",
                    help="stop (as on SIGTERM) once process PID is no longer this one's parent (the pipeline "
                         "passes its own)")
@@ -217,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             summary = run_stream_sink(
                 kafka_config(args), input_topic=args.input_topic, output=args.output, run_id=args.run_id,
                 sums=args.sum, checkpoint_interval_s=parse_duration(args.checkpoint_interval) / 1000,
-                timeout_s=args.timeout, stop=stopper.is_set)
+                timeout_s=args.timeout, stop=stopper.is_set, group_id=args.group_id)
     except (ControlMsgError, ValueError) as exc:
         print(f"stream_sink: {exc}", file=sys.stderr)
         return 1

@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_stall_limit_option(p)
     add_metrics_option(p)
     p.add_argument("--state-topic", help="default: <output-topic>-state (compacted)")
+    p.add_argument("--group-id", metavar="GROUP",
+                   help="also commit each task's input offsets to this consumer group at each commit, for lag "
+                        "tools (kafka-consumer-groups, Burrow); nothing reads from it")
     add_common_options(p)
     return p
 
@@ -93,15 +96,15 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     window_ms = parse_duration(args.window)
     interval = parse_duration(args.commit_interval) / 1000
     log.info("%d window tasks, one per partition of %s -> %s", len(owned), args.input_topic, args.output_topic)
-    input_topic, output_topic, run_id, sums, tasks = (args.input_topic, args.output_topic, args.run_id,
-                                                      tuple(args.sum), len(owned))
+    input_topic, output_topic, run_id, sums, tasks, group_id = (args.input_topic, args.output_topic, args.run_id,
+                                                                tuple(args.sum), len(owned), args.group_id)
     metrics_url = serve_task_metrics(spark, args, "stream_window")
 
     def body(i: int, stopped: Callable[[], bool]) -> dict[str, Any]:
         summary = run_window_task(
             config, input_topic=input_topic, partitions=owned[i], run_id=run_id, output_topic=output_topic,
             late_topic=late_topic, state_topic=state_topic, task_index=i, task_count=tasks, window_ms=window_ms,
-            sums=sums, commit_interval_s=interval, stop=stopped, metrics_url=metrics_url)
+            sums=sums, commit_interval_s=interval, stop=stopped, metrics_url=metrics_url, group_id=group_id)
         return asdict(summary)
 
     # Fenced if the tasks must be cancelled during a stop (their open transactions are aborted at once).
