@@ -92,7 +92,13 @@ from enum import Enum
 from typing import Final
 
 from controlmsg.core.durations import parse_duration
-from controlmsg.spark.positions import Positions, Subscription, parse_positions, parse_subscription
+from controlmsg.spark.positions import (
+    Positions,
+    Subscription,
+    parse_positions,
+    parse_subscription,
+    parse_trigger_hold,
+)
 
 __all__ = [
     "DEFAULT_CORRUPT_COLUMN",
@@ -394,6 +400,10 @@ class ReadOptions:
     max_watermark_drift_ms: int | None = None
     """Option ``maxWatermarkDrift`` (ms): watermark alignment, a partition whose own watermark runs more than
     this past the read's is read no further until the read's catches up."""
+    trigger_hold: tuple[int, int] | None = None
+    """An intermediate stream's ``minOffsetsPerTrigger`` and ``maxTriggerDelay`` (ms), when the first is given:
+    a micro-batch waits for that many new offsets, or that long since the last one, or the end of stream
+    (:func:`controlmsg.spark.positions.parse_trigger_hold`). A plain read's are in :attr:`positions`."""
     group_id: str | None = None
     """Option ``groupId``: a stream read commits the offsets of each micro-batch it has consumed to this
     consumer group, for lag tools (:mod:`controlmsg.kafka.group_offsets`); nothing reads from it."""
@@ -432,8 +442,14 @@ class ReadOptions:
             max_out_of_orderness_ms=bound_ms,
             idle_timeout_ms=idle_ms,
             max_watermark_drift_ms=drift_ms,
+            trigger_hold=None if plain else _trigger_hold(opts),
             group_id=opts.get("groupid") or None,
         )
+
+
+def _trigger_hold(opts: Mapping[str, str]) -> tuple[int, int] | None:
+    min_offsets, delay_ms = parse_trigger_hold(opts)
+    return None if min_offsets is None else (min_offsets, delay_ms)
 
 
 @dataclass(frozen=True, slots=True)

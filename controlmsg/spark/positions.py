@@ -36,7 +36,11 @@ topic that appears while a stream runs is read from its start.
 
 An **intermediate topic** (the controlmsg envelope, the default) is always read from its run's start to
 its end of stream: these options are refused there, each with the reason in one line (``subscribe`` of one
-topic is taken as ``topic``; ``failOnDataLoss true`` is what such a read does anyway).
+topic is taken as ``topic``; ``failOnDataLoss true`` is what such a read does anyway), except
+``minOffsetsPerTrigger`` and ``maxTriggerDelay`` (:func:`parse_trigger_hold`): a stream of one may hold its
+micro-batches back too, and its watermark and end of stream with them (never past ``maxTriggerDelay``;
+the end of stream holds nothing back). That suits a side query whose output may come late, so that it
+does not take the cores a query on the critical path needs (the example window stage's late records).
 """
 
 from __future__ import annotations
@@ -134,10 +138,6 @@ _PLAIN_ONLY: Final = {
     "endingoffsets": ("endingOffsets", "ends at its run's end of stream"),
     "endingoffsetsbytimestamp": ("endingOffsetsByTimestamp", "ends at its run's end of stream"),
     "endingtimestamp": ("endingTimestamp", "ends at its run's end of stream"),
-    "minoffsetspertrigger": ("minOffsetsPerTrigger", "delivers what its upstream committed as it comes, and "
-                                                     "holding records back would hold its watermark back"),
-    "maxtriggerdelay": ("maxTriggerDelay", "delivers what its upstream committed as it comes, and holding "
-                                           "records back would hold its watermark back"),
     "subscribepattern": ("subscribePattern", "is read one topic at a time, its run's bookkeeping per topic: "
                                              "give it as 'topic'"),
     "assign": ("assign", "is read whole, every partition to its end of stream: give it as 'topic'"),
@@ -222,6 +222,16 @@ def parse_positions(opts: Mapping[str, str], plain: bool) -> Positions | None:
     fail = (opts.get("failondataloss") or "true").strip().lower()
     if fail not in ("true", "false"):
         raise ValueError(f"option 'failOnDataLoss' must be true or false, got {opts.get('failondataloss')!r}")
+    min_offsets, delay_ms = parse_trigger_hold(opts)
+    return Positions(starting, ending, any(opts.get(k) for k in ("endingtimestamp", "endingoffsetsbytimestamp",
+                                                                "endingoffsets")),
+                     strategy, fail == "true", min_offsets, delay_ms)
+
+
+def parse_trigger_hold(opts: Mapping[str, str]) -> tuple[int | None, int]:
+    """Options ``minOffsetsPerTrigger`` (``None`` when not given: no micro-batch is held back) and
+    ``maxTriggerDelay`` (ms, 15 minutes by default), of a plain or an intermediate stream (names
+    lower-cased). Raises ``ValueError`` naming the option and what it takes."""
     minimum = opts.get("minoffsetspertrigger")
     min_offsets = None
     if minimum:
@@ -239,9 +249,7 @@ def parse_positions(opts: Mapping[str, str], plain: bool) -> Positions | None:
         delay_ms = parse_duration(delay) if delay else DEFAULT_MAX_TRIGGER_DELAY_MS
     except ValueError as exc:
         raise ValueError(f"option 'maxTriggerDelay': {exc}") from None
-    return Positions(starting, ending, any(opts.get(k) for k in ("endingtimestamp", "endingoffsetsbytimestamp",
-                                                                "endingoffsets")),
-                     strategy, fail == "true", min_offsets, delay_ms)
+    return min_offsets, delay_ms
 
 
 def _json(text: str, name: str) -> Any:

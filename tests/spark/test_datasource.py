@@ -382,7 +382,6 @@ def test_an_intermediate_topic_has_the_connectors_columns_and_refuses_plain_opti
         "startingTimestamp": ("1000", "starts where its run starts"),
         "endingOffsets": ("latest", "ends at its run's end of stream"),
         "endingOffsetsByTimestamp": ('{"t": {"0": 1}}', "ends at its run's end of stream"),
-        "minOffsetsPerTrigger": ("10", "holding records back would hold its watermark back"),
         "subscribePattern": ("t.*", "give it as 'topic'"),
         "failOnDataLoss": ("false", "a gap breaks its run's bookkeeping"),
         "minPartitions": ("8", "use 'maxTasks' or 'partitionsPerTask'"),

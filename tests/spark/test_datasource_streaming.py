@@ -420,3 +420,69 @@ def test_a_micro_batch_replayed_with_other_max_tasks_reads_with_the_tasks_it_was
         assert planned(again, start, unlogged) == [[0, 1, 2], [3, 4, 5]]
     finally:
         again.stop()
+
+
+def test_an_intermediate_stream_holds_micro_batches_for_minOffsetsPerTrigger_not_its_end_of_stream(
+        spark: SparkSession, kafka_config: dict[str, Any], bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
+    """``minOffsetsPerTrigger`` and ``maxTriggerDelay`` on an intermediate topic (the driver's side, as Spark
+    asks it before each micro-batch): the first micro-batch fires; then one waits for that many new offsets
+    (records and control messages), or the delay since the last one; Spark asking again with the same start
+    while held reads on from where the scan stood (nothing read twice, nothing skipped); the end of stream
+    is never held back."""
+    from pyspark.sql.types import StructType
+
+    from controlmsg.core.bookkeeping import InputTracker
+    from controlmsg.spark.options import ReadOptions
+    from controlmsg.spark.reading.stream_reader import StreamReader
+
+    topic = new_topic(2)
+    up = Upstream(kafka_config, topic)
+    schema = StructType.fromDDL(STREAM_SCHEMA)
+    assert isinstance(schema, StructType)
+    patient, hasty = (StreamReader(ReadOptions.parse(options(topic, bootstrap_servers, minOffsetsPerTrigger="40",
+                                                             maxTriggerDelay=delay)), schema)
+                      for delay in ("1h", "1s"))
+
+    def offsets(end: dict[str, Any]) -> int:
+        return sum(end["offsets"].values())
+
+    def planned(reader: StreamReader, start: dict[str, Any]) -> dict[str, Any]:
+        """The next micro-batch's end: Spark asks until the reader has one (a scan may find nothing yet)."""
+        deadline = time.monotonic() + 30
+        while (end := reader.latestOffset(start, reader.getDefaultReadLimit())) == start:
+            assert time.monotonic() < deadline, "no micro-batch planned"
+        return end
+
+    def held(reader: StreamReader, start: dict[str, Any]) -> None:
+        """Asked again and again for 2 s, the reader plans nothing (it has read what there is meanwhile)."""
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            assert reader.latestOffset(start, reader.getDefaultReadLimit()) == start
+
+    try:
+        start = patient.initialOffset()
+        assert hasty.initialOffset() == start
+        up.write("fast", 10, 1000)  # 10 records and a watermark (to each partition): 12 offsets
+        first = planned(patient, start)
+        assert offsets(first) == 12  # the first fires (no micro-batch before it)
+        assert offsets(planned(hasty, start)) == 12
+        up.write("slow", 20, 1000)  # 24 more: fewer than 40
+        held(patient, first)
+        up.write("fast", 10, 1000)  # 12 more: 36, still fewer
+        held(patient, first)
+        time.sleep(1.1)  # maxTriggerDelay since hasty's last micro-batch: it fires with what there is
+        assert offsets(planned(hasty, first)) == 12 + 36
+        up.write("slow", 10, 1000)  # 48 new since patient's first micro-batch
+        second = planned(patient, first)
+        assert offsets(second) == 12 + 48, second
+        assert second["bookkeeping"]["emittedWatermark"] == 19_000  # both tasks past 19 s: fast's 19 s, slow's 29 s
+        up.write("fast", 1, 1000, end=True)  # 1 record and its end of stream (to each partition): 3 offsets
+        up.write("slow", 0, 1000, end=True)  # 2 more: the stream has ended, nothing is held
+        third = planned(patient, second)
+        assert offsets(third) == 12 + 48 + 3 + 2, third
+        assert InputTracker.restore(third["bookkeeping"], "r1").is_ended
+    finally:
+        patient.stop()
+        hasty.stop()
+        for writer in up.writers.values():
+            writer.close()

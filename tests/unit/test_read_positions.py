@@ -74,10 +74,23 @@ def test_an_intermediate_topic_refuses_them_in_one_line_each() -> None:
     assert ReadOptions.parse(base).positions is None
     assert ReadOptions.parse({**base, "failOnDataLoss": "true"}).positions is None  # what it does anyway
     for name in ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp", "endingOffsets",
-                 "endingTimestamp", "endingOffsetsByTimestamp", "minOffsetsPerTrigger", "maxTriggerDelay"):
+                 "endingTimestamp", "endingOffsetsByTimestamp"):
         with pytest.raises(ValueError, match=f"^option '{name}' is for a plain topic \\(envelope none\\); an "
                                              "intermediate topic [^\n]*$"):
             ReadOptions.parse({**base, name: "1"})
+
+
+def test_an_intermediate_stream_takes_minOffsetsPerTrigger_and_maxTriggerDelay() -> None:
+    base = {**SERVERS, "topic": "t", "runId": "r"}
+    assert ReadOptions.parse(base).trigger_hold is None
+    assert ReadOptions.parse({**base, "maxTriggerDelay": "10s"}).trigger_hold is None  # alone it holds nothing
+    assert ReadOptions.parse({**base, "minOffsetsPerTrigger": "500"}).trigger_hold == (500, 15 * 60 * 1000)
+    assert ReadOptions.parse({**base, "minOffsetsPerTrigger": "500", "maxTriggerDelay": "10s"}).trigger_hold == (
+        500, 10_000)
+    with pytest.raises(ValueError, match="^option 'minOffsetsPerTrigger' must be a whole number of at least 1"):
+        ReadOptions.parse({**base, "minOffsetsPerTrigger": "0"})
+    assert ReadOptions.parse({**SERVERS, "topic": "t", "envelope": "none",
+                              "minOffsetsPerTrigger": "5"}).trigger_hold is None  # a plain read's: in positions
 
 
 def test_which_declared_schemas_read_records_as_they_are() -> None:

@@ -221,7 +221,9 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self._consumer: Consumer | None = None
         self._target: dict[PartitionRef, int] | None = None  # availableNow: the end of the input
-        self._last_trigger = 0.0  # minOffsetsPerTrigger: when the last micro-batch was planned (monotonic s)
+        # minOffsetsPerTrigger: when the last micro-batch was planned (monotonic s); None before the first, which
+        # is never held (monotonic time starts near 0 at boot: 0.0 here held a new machine's first micro-batch).
+        self._last_trigger: float | None = None
         self._planned: dict[str, Any] | None = None  # what latestOffset returned last: reportLatestOffset's start
         self._latest: dict[str, LatestOffsets] = {}  # by topic
         self._available_now = False
@@ -280,6 +282,7 @@ class PlainStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = {tp: max(spans[tp][1], at) for tp, at in reading.items()}
         if (pos.min_offsets_per_trigger is not None and self._target is None
                 and 0 < _count(reading, end) < pos.min_offsets_per_trigger
+                and self._last_trigger is not None
                 and time.monotonic() - self._last_trigger < pos.max_trigger_delay_ms / 1000.0):
             self._planned = start
             return start  # wait for more (minOffsetsPerTrigger), at most maxTriggerDelay since the last one

@@ -18,7 +18,7 @@ The driver's side is here; a micro-batch's task reads its planned offsets with
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -92,6 +92,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._errors = ConsumerErrors()
         self._partitions: list[int] | None = None
         self._group: GroupProgress | None = None  # option groupId
+        # Options minOffsetsPerTrigger and maxTriggerDelay: the scan read past the offset Spark holds (``start``,
+        # returned again while too little came), and when the last micro-batch was planned (monotonic s).
+        # The third item: what the held micro-batch's start told downstream (_progress).
+        self._held: tuple[dict[str, Any], _Scan, tuple[int | None, bool]] | None = None
+        self._last_trigger: float | None = None  # None before the first, which is never held
 
     # ---------------------------------------------------------------- Spark's calls
 
@@ -116,7 +121,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         began = time.monotonic()
         scan = self._resume(start)
-        self._report_to_group(scan)
+        if self._held is None:  # a held scan stands past what the micro-batches so far consumed
+            self._report_to_group(scan)
         if scan.settle:
             # The last micro-batch moved Spark's watermark (its watermark row). Spark applies a watermark in
             # the micro-batch after the one that moved it; under availableNow the next call below may wait
@@ -127,22 +133,45 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if scan.tracker.is_ended:
             return start
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        before = (scan.tracker.emitted_watermark, scan.tracker.is_ended)
+        begin = _positions(start)
+        before = self._held[2] if self._held is not None else _progress(scan)  # _resume kept it: held from start
         records = 0
         while True:
-            moved, read, why = self._advance(scan, max_rows)
+            _, read, why = self._advance(scan, max_rows)
             records += read
-            if moved or not self._available_now or scan.tracker.is_ended:
+            moved = scan.positions != begin
+            held = moved and self._holding(scan, begin)
+            if (moved and not held) or not self._available_now or scan.tracker.is_ended:
                 break
             # AvailableNow ends the query when no offset moves; a controlmsg run is available up to its
-            # end of stream, so wait for the upstream instead (or fail after `timeout`).
-            self._check_deadline(scan)
-        changed = before != (scan.tracker.emitted_watermark, scan.tracker.is_ended)
-        self._log_scan(began, records, why, moved=changed, settle=False)
+            # end of stream, so wait for the upstream instead (or fail after `timeout`). A held micro-batch
+            # waits for its minimum or its delay, with the upstream writing: not a wait for the upstream.
+            if not moved:
+                self._check_deadline(scan)
+        changed = before != _progress(scan)
+        self._log_scan(began, records, "held" if held and not scan.tracker.is_ended else why, moved=changed,
+                       settle=False)
         if not moved:
             return start
+        if held and not scan.tracker.is_ended:  # Spark asks again with the same start; the scan goes on from here
+            self._held = ({k: v for k, v in start.items() if k not in _PLANNED_KEYS}, scan, before)
+            return start
+        self._held = None
+        self._last_trigger = time.monotonic()
         scan.settle = self._ticks and self._available_now and changed
         return self._planned(start, scan.offset())
+
+    def _holding(self, scan: _Scan, begin: Mapping[int, int]) -> bool:
+        """Options ``minOffsetsPerTrigger`` and ``maxTriggerDelay``: whether the micro-batch from ``begin`` to
+        the scan is held back (fewer new offsets than the minimum, the delay since the last micro-batch not
+        passed, the stream not ended)."""
+        hold = self.opts.trigger_hold
+        if hold is None or scan.tracker.is_ended:
+            return False
+        min_offsets, delay_ms = hold
+        new = sum(o - max(begin.get(p, 0), 0) for p, o in scan.positions.items())
+        return (new < min_offsets and self._last_trigger is not None
+                and time.monotonic() - self._last_trigger < delay_ms / 1000.0)
 
     def _log_scan(self, began: float, records: int, stop: str, *, moved: bool, settle: bool) -> None:
         if self.opts.log_phases:
@@ -228,8 +257,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _resume(self, start: dict[str, Any]) -> _Scan:
         """The scan state at ``start``: the one in memory when the consumer stands there, else restored
-        from the offset (after a restart, or a replanned batch) and the consumer moved there."""
-        if self._scan is not None and self._scan.offset() == {k: v for k, v in start.items() if k not in _PLANNED_KEYS}:
+        from the offset (after a restart, or a replanned batch) and the consumer moved there. A scan held
+        past ``start`` (:meth:`_holding`) goes on where it stands."""
+        key = {k: v for k, v in start.items() if k not in _PLANNED_KEYS}
+        if self._held is not None and self._held[0] == key and self._held[1] is self._scan:
+            return self._scan
+        self._held = None
+        if self._scan is not None and self._scan.offset() == key:
             return self._scan
         if start.get("format") != _OFFSETS_FORMAT:
             raise ControlMsgError(f"topic {self.opts.topic!r}: the streaming checkpoint's offset is not a "
@@ -348,6 +382,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         timeout = self.opts.timeout
         if timeout is not None and time.monotonic() - self._started > timeout:
             raise timeout_error(self.opts, scan.tracker, sorted(scan.positions))
+
+
+def _progress(scan: _Scan) -> tuple[int | None, bool]:
+    """What a micro-batch that ends at ``scan`` tells downstream: the watermark, and whether the stream ended."""
+    return scan.tracker.emitted_watermark, scan.tracker.is_ended
 
 
 def _positions(offset: dict[str, Any]) -> dict[int, int]:
