@@ -9,7 +9,7 @@ emitted once, when the reconciled watermark of the upstream passes its end, and 
 (epoch ms, as the long-running ``stream_window`` writes them). The writer carries the stage's watermark
 onward and ends the stream by itself after the last windows. A second query keeps the late records (behind
 the watermark they were read with) in ``<output topic>-late``, with that watermark: nothing dropped
-without a trace. It runs a micro-batch every 10 s at most (:data:`LATE_HOLD`), not one per upstream round.
+without a trace.
 
 Both queries run ``availableNow``: with a ``controlmsg`` source that means until the input's end of stream
 (they wait for the upstream meanwhile). ``kill -9`` and the same command resume from ``--checkpoint``
@@ -47,14 +47,10 @@ from spark_jobs.stages.common import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-__all__ = ["LATE_HOLD", "build_parser", "main", "run", "window_queries"]
-
-LATE_HOLD = {"minOffsetsPerTrigger": "1000000", "maxTriggerDelay": "10s"}
-"""The late-records query's micro-batches: one when a million offsets came, or 10 s after the last one, or at
-the end of stream (docs/SPARK.md, "Holding micro-batches back")."""
+__all__ = ["build_parser", "main", "run", "window_queries"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,24 +76,18 @@ def window_queries(spark: SparkSession, source: dict[str, str], sink: dict[str, 
     from controlmsg.spark import WATERMARK_COLUMNS, late_records, with_watermark
 
     columns = ", ".join(f"`{c}` {t}" for c, t in sums.items())
-
-    def read(options: dict[str, str]) -> DataFrame:
-        return (spark.readStream.format("controlmsg").options(**options)
-                .schema(f"key string, event_ms long, {columns + ', ' if columns else ''}{WATERMARK_COLUMNS}")
-                .load()
-                .withColumn("ts", F.timestamp_millis("event_ms")))
-
-    events = read(source)
+    events = (spark.readStream.format("controlmsg").options(**source)
+              .schema(f"key string, event_ms long, {columns + ', ' if columns else ''}{WATERMARK_COLUMNS}")
+              .load()
+              .withColumn("ts", F.timestamp_millis("event_ms")))
     windows = (with_watermark(events, "ts")
                .groupBy(F.window("ts", window), "key")
                .agg(F.count(F.lit(1)).alias("count"), *[F.sum(c).alias(f"sum_{c}") for c in sums])
                .select("key", F.unix_millis(F.col("window.start")).alias("window_start"),
                        F.unix_millis(F.col("window.end")).alias("window_end"), "count",
                        *[f"sum_{c}" for c in sums]))
-    # Each late record with the watermark it was behind (its partition's, or the topic's when higher). Its
-    # query holds its micro-batches back (LATE_HOLD): late records are rare, and a micro-batch of its every few
-    # hundred milliseconds took the cores the windows' query waits for.
-    late = late_records(read({**source, **LATE_HOLD}), "ts").select(
+    # each late record with the watermark it was behind (its partition's, or the topic's when higher)
+    late = late_records(events, "ts").select(
         "key", "event_ms", *sums,
         F.unix_millis(F.greatest("_watermark", "_partition_watermark") if "_partition_watermark" in events.columns
                       else F.col("_watermark")).alias("watermark"))
