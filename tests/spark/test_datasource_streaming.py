@@ -423,7 +423,8 @@ def test_a_micro_batch_replayed_with_other_max_tasks_reads_with_the_tasks_it_was
 
 
 def test_an_intermediate_stream_holds_micro_batches_for_minOffsetsPerTrigger_not_its_end_of_stream(
-        spark: SparkSession, kafka_config: dict[str, Any], bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
+        spark: SparkSession, kafka_config: dict[str, Any], bootstrap_servers: str,
+        new_topic: Callable[..., str]) -> None:
     """``minOffsetsPerTrigger`` and ``maxTriggerDelay`` on an intermediate topic (the driver's side, as Spark
     asks it before each micro-batch): the first micro-batch fires; then one waits for that many new offsets
     (records and control messages), or the delay since the last one; Spark asking again with the same start

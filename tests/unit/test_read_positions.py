@@ -87,7 +87,7 @@ def test_an_intermediate_stream_takes_minOffsetsPerTrigger_and_maxTriggerDelay()
     assert ReadOptions.parse({**base, "minOffsetsPerTrigger": "500"}).trigger_hold == (500, 15 * 60 * 1000)
     assert ReadOptions.parse({**base, "minOffsetsPerTrigger": "500", "maxTriggerDelay": "10s"}).trigger_hold == (
         500, 10_000)
-    with pytest.raises(ValueError, match="^option 'minOffsetsPerTrigger' must be a whole number of at least 1"):
+    with pytest.raises(ValueError, match=r"^option 'minOffsetsPerTrigger' must be a whole number of at least 1"):
         ReadOptions.parse({**base, "minOffsetsPerTrigger": "0"})
     assert ReadOptions.parse({**SERVERS, "topic": "t", "envelope": "none",
                               "minOffsetsPerTrigger": "5"}).trigger_hold is None  # a plain read's: in positions
