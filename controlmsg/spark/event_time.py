@@ -74,7 +74,8 @@ _DELAY_KEY: Final = "spark.watermarkDelayMs"  # Spark's EventTimeWatermark.delay
 _SOURCE: Final = "controlmsg"
 
 
-def with_watermark(df: DataFrame, event_time: str, *, metrics_name: str = "controlmsg") -> DataFrame:
+def with_watermark(df: DataFrame, event_time: str, *, metrics_name: str = "controlmsg",
+                   keep_late: bool = False) -> DataFrame:
     """``df`` with Spark's watermark on ``event_time`` set to the reconciled watermark of the topic.
 
     ``df`` is a streaming DataFrame of ``format("controlmsg")``; ``event_time`` one of its timestamp columns.
@@ -88,6 +89,13 @@ def with_watermark(df: DataFrame, event_time: str, *, metrics_name: str = "contr
     Each micro-batch's counts go to the query's progress as the observed metric ``metrics_name``
     (``late_rows``: rows dropped as late; ``watermark_rows``: watermark rows taken out). Give each
     ``with_watermark`` of one query its own name.
+
+    ``keep_late``: late rows are counted (``late_rows``) but not dropped. For a stage without state (a parse,
+    a projection, a filter) that passes its records on: its sink still forwards the reconciled watermark after
+    each micro-batch, and the next topic's readers judge a late record against the watermark that came before
+    it there, as they would any record. Without it such a stage would need a second query over
+    :func:`late_records` to lose nothing. A stateful operator after it drops late rows by Spark's own watermark
+    (counted in the query's ``numRowsDroppedByWatermark``): use the default there.
 
     Raises:
         ValueError: ``df`` lacks ``_watermark`` / ``_control`` or ``event_time``, or their types are not
@@ -120,8 +128,8 @@ def with_watermark(df: DataFrame, event_time: str, *, metrics_name: str = "contr
     )
     # Every conjunct names the tracked column, and the whole is non-deterministic: Spark pushes none of it,
     # and no later filter of the user's, below the watermark node (see the module docstring).
-    kept = observed.where((~control | mark.isNull()) & ~F.coalesce(late, F.lit(False))
-                          & (F.spark_partition_id() >= 0))
+    dropped = F.lit(False) if keep_late else F.coalesce(late, F.lit(False))
+    kept = observed.where((~control | mark.isNull()) & ~dropped & (F.spark_partition_id() >= 0))
     columns = [_as_watermarked(event_time) if name == event_time else F.col(_quoted(name))
                for name in df.columns if name != _CONTROL]
     return kept.select(*columns)

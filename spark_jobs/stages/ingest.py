@@ -3,10 +3,14 @@ Structured Streaming query.
 
 The first stage of the example streaming chain on the public API (:func:`ingest_query` is all of it):
 ``readStream.format("controlmsg")`` reads the raw events as any producer wrote them (``envelope none``,
-a JSON object per record), each parsed with a schema whose key and event time are ``NOT NULL``; Spark's
-``withWatermark`` sets the stage's event time (largest event time read minus ``--allowed-lateness``);
+a JSON object per record), each parsed with a schema whose key and event time are ``NOT NULL``, with a
+watermark per source partition (its largest event time minus ``--allowed-lateness``, the minimum over the
+partitions not idle for ``--idle-timeout``: the read's ``maxOutOfOrderness`` and ``idleTimeout``) that
+:func:`controlmsg.spark.with_watermark` follows, keeping late records (``keep_late``: counted, passed on,
+and judged late by the next stage against the watermark it read before them);
 ``writeStream.format("controlmsg")`` writes ``{"key", "event_ms", <carried fields>}`` keyed by the key,
-and after each micro-batch the stage's watermark (Spark's) to every partition. A record that does not fit
+and after each micro-batch the watermark its reads reached to every partition (not Spark's, which lags a
+micro-batch behind: the events topic learns it one ingest micro-batch sooner). A record that does not fit
 (not JSON, no key, an event time that is not ISO-8601) goes to ``<topic>-rejects`` with the reason and its
 source partition and offset in headers: never dropped.
 
@@ -52,7 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--event-time", required=True, help="an ISO-8601 timestamp field")
     p.add_argument("--carry", action="append", default=[], metavar="FIELD[:TYPE]",
                    help="a field to carry (repeatable); TYPE a Spark SQL type, default double")
-    p.add_argument("--allowed-lateness", default="0s", help="Spark's withWatermark delay")
+    p.add_argument("--allowed-lateness", default="0s",
+                   help="how far behind its source partition's largest event time a record may come (the "
+                        "read's maxOutOfOrderness)")
+    p.add_argument("--idle-timeout", default="10s",
+                   help="a source partition without records for so long stops holding the watermark back")
     p.add_argument("--partitions", type=int, default=4, help="intermediate topic partitions (created if missing)")
     p.add_argument("--tasks", type=int, help="reading tasks (default: Spark's parallelism)")
     p.add_argument("--until-source-end", action="store_true",
@@ -63,24 +71,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_arguments(args: argparse.Namespace) -> list[str]:
-    return (duration_problems([("--allowed-lateness", args.allowed_lateness, True)])
+    return (duration_problems([("--allowed-lateness", args.allowed_lateness, True),
+                               ("--idle-timeout", args.idle_timeout, False)])
             + positive_problems([("--partitions", args.partitions), ("--tasks", args.tasks)]) + metrics_problems(args))
 
 
 def ingest_query(spark: SparkSession, source: dict[str, str], sink: dict[str, str], *, key: str,
-                 event_time: str, carry: dict[str, str], allowed_lateness: str, checkpoint: str,
+                 event_time: str, carry: dict[str, str], allowed_lateness: str, idle_timeout: str, checkpoint: str,
                  trigger: dict[str, Any]) -> StreamingQuery:
     """The stage: plain ``source`` options in, ``sink`` options out (both ``format("controlmsg")``)."""
     from pyspark.sql import functions as F
 
+    from controlmsg.spark import with_watermark
+
     fields = ", ".join(f"`{name}` {typ}" for name, typ in carry.items())
-    events: DataFrame = (
+    read: DataFrame = (
         spark.readStream.format("controlmsg").options(**source).option("envelope", "none")
+        .option("eventTimeField", event_time).option("maxOutOfOrderness", allowed_lateness)
+        .option("idleTimeout", idle_timeout)
         .schema(f"`{key}` string not null, `{event_time}` timestamp not null" + (f", {fields}" if fields else ""))
         .load()
-        .withWatermark(event_time, allowed_lateness)
-        .select(F.col(key).alias("key"), F.unix_millis(F.col(event_time)).alias("event_ms"), *carry)
     )
+    # The watermark per source partition; late records are passed on (and counted), and the next stage judges
+    # them against the watermark this one forwards after each micro-batch.
+    events = (with_watermark(read, event_time, metrics_name="ingest", keep_late=True)
+              .select(F.col(key).alias("key"), F.unix_millis(F.col(event_time)).alias("event_ms"), *carry))
     return (events.writeStream.format("controlmsg").options(**sink)
             .option("checkpointLocation", checkpoint).trigger(**trigger).start())
 
@@ -105,7 +120,8 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
 
     def start() -> list[StreamingQuery]:
         query = ingest_query(spark, source, sink, key=args.key, event_time=args.event_time,
-                             carry=sum_fields(args.carry), allowed_lateness=f"{delay_ms} milliseconds",
+                             carry=sum_fields(args.carry), allowed_lateness=f"{delay_ms}ms",
+                             idle_timeout=args.idle_timeout,
                              checkpoint=args.checkpoint, trigger=trigger)
         log.info("query started: %s -> %s (%s), checkpoint %s, run %s", args.source_topic, args.topic,
                  "until the source's end" if args.until_source_end else f"every {args.trigger_interval}",

@@ -172,6 +172,36 @@ def test_windows_close_on_the_reconciled_watermark_with_the_slow_tasks_records(
             q.stop()
 
 
+def test_keep_late_passes_late_rows_on_and_counts_them(
+        spark: SparkSession, bootstrap_servers: str, upstream: tuple[Upstream, str], tmp_path: Path) -> None:
+    """``with_watermark(..., keep_late=True)`` in a stage without state: every record is written, the late one
+    too (the next topic's readers judge it against the watermark before it), and it is counted in
+    ``late_rows``, as the default would have dropped it."""
+    up, topic = upstream
+    for task in TASKS:
+        up.records(task, range(0, 60, 9))
+        up.watermark(task, 60)
+    out = tmp_path / "out"
+    query = (with_watermark(stream(spark, topic, bootstrap_servers), "ts", keep_late=True).select("user", "ts")
+             .writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+    try:
+        wait_for(lambda: not query.isActive or any(p["numInputRows"] > 0 for p in query.recentProgress), 60,
+                 "the first micro-batch")
+        up.records("slow", range(10, 11), late=True)  # behind the 60 minutes every task promised
+        up.records("fast-0", range(61, 70, 4))
+        up.end()
+        query.awaitTermination(120)
+        assert not query.isActive and query.exception() is None, query_failure(query)
+        rows = spark.read.parquet(str(out)).collect()
+        got = sorted((r["user"], int(r["ts"].replace(tzinfo=UTC).timestamp() * 1000)) for r in rows)
+        assert got == sorted(up.sent + up.late), "every record once, the late one too"
+        counts = [c for c in map(observed_counts, query.recentProgress) if c is not None]
+        assert sum(c["late_rows"] for c in counts) == 1
+    finally:
+        query.stop()
+
+
 QUIET_MS = 30 * 60_000
 
 
