@@ -320,21 +320,26 @@ def print_latency(r: LatencyResult, a: argparse.Namespace, interval_s: float, go
                   f"{r.second_half_median:.3f} s")
 
 
+def _rate(events: int, seconds: float) -> str:
+    """``events / seconds`` as records/s, or ``-`` for a span too short to time (a tiny run)."""
+    return f"{events / seconds:,.0f} rec/s" if seconds > 0 else "- rec/s: under the clock's resolution"
+
+
 def print_throughput(r: ThroughputResult) -> None:
     print(f"  events through the chain: {r.events:,}; window results: {r.window_rows:,}")
     print(f"  first committed event record -> windows end of stream: {r.first_record_to_end_s:.1f} s "
-          f"({r.events / r.first_record_to_end_s:,.0f} rec/s)")
+          f"({_rate(r.events, r.first_record_to_end_s)})")
     print(f"  stream_ingest's driver launching its tasks -> windows end of stream (task start-up included): "
-          f"{r.driver_to_end_s:.1f} s ({r.events / r.driver_to_end_s:,.0f} rec/s)")
+          f"{r.driver_to_end_s:.1f} s ({_rate(r.events, r.driver_to_end_s)})")
     print(f"  stream_window launched -> windows end of stream (JVM start-ups included): {r.launch_to_end_s:.1f} s "
-          f"({r.events / r.launch_to_end_s:,.0f} rec/s)")
+          f"({_rate(r.events, r.launch_to_end_s)})")
     print(f"  ingest hop alone, first record -> events end of stream: {r.ingest_s:.1f} s "
-          f"({r.events / r.ingest_s:,.0f} rec/s); end of stream events -> windows topic: {r.eos_propagation_s:.2f} s")
+          f"({_rate(r.events, r.ingest_s)}); end of stream events -> windows topic: {r.eos_propagation_s:.2f} s")
     late = "?" if r.late is None else f"{r.late:,}"
     check = "ok" if r.late is not None and r.counted + r.late == r.events else "MISMATCH"
     print(f"  check: counts in the window results {r.counted:,} + late {late} = {r.events:,}: {check}")
     cores = os.cpu_count() or 1
-    if r.process_cpu_measured_s is not None:
+    if r.process_cpu_measured_s is not None and r.first_record_to_end_s > 0:
         share = r.process_cpu_measured_s / (r.first_record_to_end_s * cores)
         print(f"  this process (the observers) used {r.process_cpu_measured_s:.2f} s CPU over the "
               f"{r.first_record_to_end_s:.1f} s measured: {share:.0%} of the {cores} cores, taken from the chain")

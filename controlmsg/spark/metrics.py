@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import sys
 import threading
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
@@ -136,7 +137,7 @@ def serve_metrics(spark: SparkSession, port: int, host: str = "0.0.0.0") -> Metr
     if getattr(spark, "_jvm", None) is None:
         raise ValueError("serve_metrics needs a classic session: on Spark Connect a listener runs on the server; "
                          "read controlmsg.spark.source_metrics(query.lastProgress) in the client instead")
-    found: tuple[MetricsServer, MetricsListener] | None = getattr(spark, _ATTR, None)
+    found: tuple[MetricsServer, MetricsListener, Callable[[], None]] | None = getattr(spark, _ATTR, None)
     if found is not None:
         if port in (0, found[0].port):
             return found[0]
@@ -149,8 +150,9 @@ def serve_metrics(spark: SparkSession, port: int, host: str = "0.0.0.0") -> Metr
     except BaseException:
         server.close()
         raise
-    setattr(spark, _ATTR, (server, listener))
-    atexit.register(_leave, spark, listener)
+    hook = functools.partial(_leave, spark, listener)  # this session's own: stop_metrics takes only it off
+    setattr(spark, _ATTR, (server, listener, hook))
+    atexit.register(hook)
     return server
 
 
@@ -164,11 +166,11 @@ def _leave(spark: SparkSession, listener: MetricsListener) -> None:
 def stop_metrics(spark: SparkSession) -> None:
     """Take :func:`serve_metrics`'s listener off ``spark`` and stop its endpoint (the port is free again);
     nothing when it serves none."""
-    found: tuple[MetricsServer, MetricsListener] | None = getattr(spark, _ATTR, None)
+    found: tuple[MetricsServer, MetricsListener, Callable[[], None]] | None = getattr(spark, _ATTR, None)
     if found is None:
         return
     delattr(spark, _ATTR)
-    atexit.unregister(_leave)
+    atexit.unregister(found[2])  # another session's hook stays
     try:
         spark.streams.removeListener(found[1])
     finally:
