@@ -21,6 +21,7 @@ import contextlib
 import csv
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -703,8 +704,20 @@ def write_results(soak: Soak, out: Path, checks: dict[str, Any]) -> None:
         report(out)
 
 
+def _stop_on_signals() -> None:
+    """SIGINT and SIGTERM both end the run through ``main``'s cleanup (the jobs, the broker, the results):
+    a shell starts a background command (``nohup ... &``) with SIGINT ignored, and Python keeps an ignored
+    SIGINT ignored, so ``kill -INT`` did nothing there and ``kill`` left the jobs and the broker running."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, interrupt)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     a = soak_parser().parse_args(argv)
+    _stop_on_signals()
     if a.report_only is not None:
         report(a.report_only)
         return 0
