@@ -448,10 +448,12 @@ def test_an_intermediate_stream_holds_micro_batches_for_minOffsetsPerTrigger_not
         return sum(end["offsets"].values())
 
     def planned(reader: StreamReader, start: dict[str, Any]) -> dict[str, Any]:
-        """The next micro-batch's end: Spark asks until the reader has one (a scan may find nothing yet)."""
-        deadline = time.monotonic() + 30
+        """The next micro-batch's end: Spark asks until the reader has one (a scan may find nothing yet). The
+        bound is only there so that a reader that never plans fails rather than hangs: records written before
+        the call are readable at once, and a busy machine takes seconds, not minutes."""
+        deadline = time.monotonic() + 180
         while (end := reader.latestOffset(start, reader.getDefaultReadLimit())) == start:
-            assert time.monotonic() < deadline, "no micro-batch planned"
+            assert time.monotonic() < deadline, "the reader never planned a micro-batch over records it can read"
         return end
 
     def held(reader: StreamReader, start: dict[str, Any]) -> None:
