@@ -231,7 +231,8 @@ def parse_positions(opts: Mapping[str, str], plain: bool) -> Positions | None:
 def parse_trigger_hold(opts: Mapping[str, str]) -> tuple[int | None, int]:
     """Options ``minOffsetsPerTrigger`` (``None`` when not given: no micro-batch is held back) and
     ``maxTriggerDelay`` (ms, 15 minutes by default), of a plain or an intermediate stream (names
-    lower-cased). Raises ``ValueError`` naming the option and what it takes."""
+    lower-cased). Raises ``ValueError`` naming the option and what it takes, and for ``maxTriggerDelay``
+    without ``minOffsetsPerTrigger`` (it would do nothing)."""
     minimum = opts.get("minoffsetspertrigger")
     min_offsets = None
     if minimum:
@@ -249,6 +250,9 @@ def parse_trigger_hold(opts: Mapping[str, str]) -> tuple[int | None, int]:
         delay_ms = parse_duration(delay) if delay else DEFAULT_MAX_TRIGGER_DELAY_MS
     except ValueError as exc:
         raise ValueError(f"option 'maxTriggerDelay': {exc}") from None
+    if delay and min_offsets is None:  # Spark's connector ignores it then; a setting that does nothing is refused
+        raise ValueError("option 'maxTriggerDelay' bounds how long 'minOffsetsPerTrigger' holds a micro-batch back, "
+                         "and is given without it: give 'minOffsetsPerTrigger' too, or leave 'maxTriggerDelay' out")
     return min_offsets, delay_ms
 
 

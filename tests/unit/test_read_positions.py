@@ -83,7 +83,9 @@ def test_an_intermediate_topic_refuses_them_in_one_line_each() -> None:
 def test_an_intermediate_stream_takes_minOffsetsPerTrigger_and_maxTriggerDelay() -> None:
     base = {**SERVERS, "topic": "t", "runId": "r"}
     assert ReadOptions.parse(base).trigger_hold is None
-    assert ReadOptions.parse({**base, "maxTriggerDelay": "10s"}).trigger_hold is None  # alone it holds nothing
+    for read in (base, {**SERVERS, "topic": "t", "envelope": "none"}):  # alone it would do nothing: refused
+        with pytest.raises(ValueError, match=r"^option 'maxTriggerDelay' .* without it: give 'minOffsetsPerTrigger'"):
+            ReadOptions.parse({**read, "maxTriggerDelay": "10s"})
     assert ReadOptions.parse({**base, "minOffsetsPerTrigger": "500"}).trigger_hold == (500, 15 * 60 * 1000)
     assert ReadOptions.parse({**base, "minOffsetsPerTrigger": "500", "maxTriggerDelay": "10s"}).trigger_hold == (
         500, 10_000)
