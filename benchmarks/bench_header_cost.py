@@ -2,11 +2,12 @@
 
     python benchmarks/bench_header_cost.py [--records 400000] [--rounds 4] [--bootstrap-servers HOST:PORT ...]
 
-One writer (transactional, as a Spark write task's) sends ``--records`` JSON records of the benchmarks'
-shape with keys, through ``send_encoded`` in batches of 10,000, then commits; three ways, alternating
-within each round: no headers (``dataHeaders`` false), the ``controlmsg-run`` header only, and the two
-headers the default writes (``controlmsg-run``, ``controlmsg-task``). Timed: from the first send to the
-commit's return. Measured: the CPU of this process (the Python thread and librdkafka's threads) and of the
+One writer (transactional, as a Spark write task's) sends ``--records`` JSON records of the benchmarks' shape
+with keys, through ``send_encoded`` in batches of 10,000, then commits; four ways, alternating within each
+round: no headers (``runTag none``), the ``controlmsg-run`` header only, the two headers of ``runTag headers``
+(``controlmsg-run``, ``controlmsg-task``), and the run named in the envelope instead (``runTag envelope``, the
+default since wire format 2: no headers, each value begins with the run's tag). Timed: from the first send to
+the commit's return. Measured: the CPU of this process (the Python thread and librdkafka's threads) and of the
 whole machine (``/proc/stat``: the broker too, when it runs here), each per record, medians over the rounds.
 The Python thread's share alone is what ``bench_produce_call.py`` measures.
 """
@@ -21,13 +22,13 @@ import uuid
 
 from common import add_cluster_options, delete_topics, kafka_cluster
 
-from controlmsg.core.codec import encode_json_rows
+from controlmsg.core.codec import encode_json_rows, run_tag
 from controlmsg.kafka import ControlWriter, create_topic
 from controlmsg.kafka.writer import HEADER_RUN
 
 RUN = "bench-run-0001"
 TASK = f"ingest-{RUN}-p0"
-MODES = ("no headers", "run header", "run and task headers (the default)")
+MODES = ("no headers", "run header", "run and task headers", "run in the envelope (the default)")
 
 
 def machine_cpu_seconds() -> float:
@@ -41,7 +42,7 @@ def write_once(config: dict[str, str], topic: str, mode: str, values: list[bytes
                keys: list[str]) -> tuple[float, ...]:
     """One timed write of every record to ``topic``: (seconds, process CPU s, machine CPU s)."""
     writer = ControlWriter({**config, "transactional.id": f"{topic}-{mode[:3]}"}, topic, task_name=TASK,
-                           task_count=1, run_id=RUN, data_headers=mode != MODES[0], partitions=4)
+                           task_count=1, run_id=RUN, data_headers=mode in MODES[1:3], partitions=4)
     if mode == MODES[1]:
         writer._data_headers = [(HEADER_RUN, RUN.encode())]  # the benchmark's one reach inside: a variant
     started, process, machine = time.monotonic(), time.process_time(), machine_cpu_seconds()
@@ -63,6 +64,7 @@ def main() -> None:
     rows = [{"user": f"u{i % 5000}", "event_time": 1_764_547_200_000 + i, "amount": 1.5, "items": i % 7}
             for i in range(n)]
     values, keys = encode_json_rows(rows), [str(r["user"]) for r in rows]
+    tagged = encode_json_rows(rows, prefix=run_tag(RUN))  # the same records, their run in the envelope
     samples: dict[str, list[tuple[float, ...]]] = {mode: [] for mode in MODES}
     with kafka_cluster(args) as cluster:
         config = dict(cluster.config)
@@ -73,7 +75,8 @@ def main() -> None:
                     topic = f"bench-headers-{uuid.uuid4().hex[:8]}"
                     create_topic(config, topic, 4)
                     topics.append(topic)
-                    samples[mode].append(write_once(config, topic, mode, values, keys))
+                    samples[mode].append(write_once(config, topic, mode, tagged if mode == MODES[3] else values,
+                                                    keys))
         finally:
             delete_topics(config, topics)
     print(f"\n{n:,} records per write, {args.rounds} alternating rounds, medians; us = microseconds per record")

@@ -8,7 +8,7 @@ each variant the queue is purged. The variants alternate within each round, and 
 minimum and median CPU time per call (``time.process_time``: the calls run on this thread; librdkafka's
 own threads are idle without a broker) of each, and each one's ratio to the call without headers.
 
-Why it exists: the writer passes the run and task headers of a data record (``dataHeaders``, on by
+Why it exists: the writer passes the run and task headers of a data record (``runTag headers``, once
 default) to ``produce()`` positionally, not as ``headers=``: CPython hands a C method called with keyword
 arguments a dict that ``PyArg_ParseTupleAndKeywords`` looks each keyword up in, which costs more than the
 headers themselves (see :mod:`controlmsg.kafka.writer`).

@@ -68,7 +68,7 @@ def main() -> int:
             for what, df, time_column in (("events", events, "event_ms"), ("windows", windows, "window_start")):
                 (df.repartition(args.tasks).write.format("controlmsg").mode("append")
                  .options(**base, topic=topics[what], job="bench", key="key", eventTime=time_column,
-                          partitions=str(args.partitions), dataHeaders="false").save())
+                          partitions=str(args.partitions), runTag="none").save())
             reads: dict[str, tuple[dict[str, str], dict[str, str]]] = {
                 "events": ({"key": "string", "event_ms": "long"}, SUMS),
                 "windows": ({"key": "string", "window_start": "long", "window_end": "long", "count": "long"},

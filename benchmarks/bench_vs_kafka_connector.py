@@ -15,10 +15,12 @@ write and read 1,000 rows once, untimed (Python workers, classes, the broker's t
 1. write rows/s: the same cached rows (``repartition(tasks)``) to a fresh topic, ``df.write.format("controlmsg")``
    keyed by ``user`` with ``eventTime`` vs ``df.write.format("kafka")`` with ``key = user`` and
    ``value = to_json(struct(*))``; only ``save()`` is timed. Then the floor of any write from Python
-   workers: the same rows sent by a bare confluent-kafka ``Producer`` in each task (:func:`bare_write`);
-   and between the two, controlmsg with ``dataHeaders`` false (no run header on each record). And
-   controlmsg given the very DataFrame the connector writes: the option ``value`` names a column made by
-   ``to_json(struct(*))`` in the JVM, so no Python object is made per row (the headers as by default).
+   workers: the same rows sent by a bare confluent-kafka ``Producer`` in each task (:func:`bare_write`),
+   and with the two headers of ``runTag headers`` on each record. controlmsg writes each record's run in
+   its envelope by default (``runTag envelope``, wire format 2); beside it, the same write with
+   ``runTag headers`` (wire format 1: the run and the task in two headers) and ``runTag none`` (no run on
+   the records). And controlmsg given the very DataFrame the connector writes: the option ``value`` names
+   a column made by ``to_json(struct(*))`` in the JVM, so no Python object is made per row.
 2. read rows/s with the JSON parsed: each side reads back the topic it wrote, ``format("controlmsg")``
    with ``.schema(...)`` vs ``format("kafka")`` + ``from_json``, to an aggregate over every parsed field
    (count, sums, min and max), which must equal the source's.
@@ -90,7 +92,8 @@ PROCESS_TIMEOUT_S = 7200.0
 
 CM, KAFKA, PLAIN, BARE = "controlmsg", "connector", "plain batch", "bare producer"
 BARE_HEADERS = "bare producer, run and task headers"
-NO_HEADERS = "controlmsg, dataHeaders false"
+HEADERS = "controlmsg, runTag headers"
+NO_TAG = "controlmsg, runTag none"
 VALUE_COLUMN = "controlmsg, value column"
 
 
@@ -184,7 +187,9 @@ def report_scale(benches: Sequence[Bench]) -> None:
     added since the size before (the slope: the fixed costs, application start-ups above all, cancel)."""
     figures = [("write", CM, "write controlmsg"), ("write", KAFKA, "write connector"),
                ("write", VALUE_COLUMN, "write controlmsg, value column"),
-               ("write", NO_HEADERS, "write controlmsg, no headers"), ("write", BARE, "write bare producer"),
+               ("write", HEADERS, "write controlmsg, runTag headers"),
+               ("write", NO_TAG, "write controlmsg, runTag none"),
+               ("write", BARE, "write bare producer"),
                ("write", BARE_HEADERS, "write bare producer, headers"),
                ("read", CM, "read controlmsg"), ("read", KAFKA, "read connector"),
                ("pipeline", CM, "3-job pipeline"), ("pipeline", KAFKA, "connector stages"),
@@ -312,12 +317,13 @@ class Bench:
             self.samples["write", side].append(args.events / seconds)
             self.say(f"round {r + 1}: write {side}: {args.events / seconds:,.0f} rows/s ({seconds:.1f} s)")
         # controlmsg given the connector's own DataFrame: the value made by to_json in the JVM (option value);
-        # then without the run on every record (dataHeaders false: what a topic of one run allows)
+        # then the run in two headers on every record (wire format 1), and without the run on the records at all
         from pyspark.sql import functions as F
 
         valued = source.select("user", "event_time", F.to_json(F.struct(*source.columns)).alias("value"))
         for variant, frame, more in ((VALUE_COLUMN, valued, {"value": "value"}),
-                                     (NO_HEADERS, source, {"dataHeaders": "false"})):
+                                     (HEADERS, source, {"runTag": "headers"}),
+                                     (NO_TAG, source, {"runTag": "none"})):
             variant_topic = self.new_topic(f"cm-{variant.split(', ')[1].replace(' ', '-')}-{r}")
             variant_options = {**self.controlmsg_options(variant_topic, f"{self.prefix}-v{r}"), **more}
             started = time.monotonic()
@@ -464,19 +470,24 @@ class Bench:
             if figure == "write":
                 valued = med["write", VALUE_COLUMN]
                 print(f"| write of the connector's own DataFrame (option `value`: the payload made by to_json in the "
-                      f"JVM, no Python object per row; headers as by default), rows/s | {rate(valued)} | "
+                      f"JVM, no Python object per row; the run in the envelope as by default), rows/s | "
+                      f"{rate(valued)} | "
                       f"{rate(kafka)} | {valued / kafka:.2f} ({verdict(valued / kafka)}) |")
-                plain = med["write", NO_HEADERS]
-                print(f"| write without the run on every record (dataHeaders false, for a topic of one run), rows/s | "
-                      f"{rate(plain)} | {rate(kafka)} | {plain / kafka:.2f} ({verdict(plain / kafka)}) |")
+                headed = med["write", HEADERS]
+                print(f"| write with the run and the task in two headers on every record (`runTag headers`, wire "
+                      f"format 1), rows/s | {rate(headed)} | {rate(kafka)} | {headed / kafka:.2f} "
+                      f"(default / this: {cm / headed:.2f}) |")
+                plain = med["write", NO_TAG]
+                print(f"| write without the run on the records (`runTag none`, for a topic of one run), rows/s | "
+                      f"{rate(plain)} | {rate(kafka)} | {plain / kafka:.2f} (default / this: {cm / plain:.2f}) |")
                 bare = med["write", BARE]
                 print(f"| the write's floor: a bare confluent-kafka Producer in each Python task (mapInArrow, orjson "
                       f"per row; no envelope, headers or transaction), rows/s | {rate(bare)} | {rate(kafka)} | "
                       f"{bare / kafka:.2f} (controlmsg / floor: {cm / bare:.2f}) |")
                 floor = med["write", BARE_HEADERS]
                 print(f"| the floor with the same two headers on each record (`controlmsg-run`, `controlmsg-task`; "
-                      f"what the default writes), rows/s | {rate(floor)} | {rate(kafka)} | {floor / kafka:.2f} "
-                      f"(controlmsg / this floor: {cm / floor:.2f}) |")
+                      f"what `runTag headers` writes), rows/s | {rate(floor)} | {rate(kafka)} | {floor / kafka:.2f} "
+                      f"(`runTag headers` / this floor: {headed / floor:.2f}) |")
         if ("pipeline", CM) in med:
             cm, kafka, plain = med["pipeline", CM], med["pipeline", KAFKA], med["pipeline", PLAIN]
             print(f"| 3-job pipeline vs the same 3 stages run one after another, s | {cm:.1f} s | {kafka:.1f} s | "

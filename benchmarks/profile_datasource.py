@@ -2,7 +2,7 @@
 bodies run in this process, without Spark, on Arrow batches like those Spark hands them.
 
     python benchmarks/profile_datasource.py [--rows 500000] [--tasks 2] [--partitions 4] [--top 25]
-        [--profiler cprofile|none] [--data-headers true|false] [--read batch|stream|plain]
+        [--profiler cprofile|none] [--run-tag envelope|headers|none] [--read batch|stream|plain]
         [--bootstrap-servers HOST:PORT | -X K=V | --kafka-config F]
 
 The rows are the synthetic events of the benchmarks (``user`` skewed over ``--keys`` users, ``event_time``
@@ -172,9 +172,9 @@ def main() -> int:
     parser.add_argument("--profiler", choices=("cprofile", "none"), default="cprofile")
     parser.add_argument("--read", choices=("batch", "stream", "plain"), default="batch",
                         help="the read measured (default batch; see the module docstring)")
-    parser.add_argument("--data-headers", choices=("true", "false"), default="true",
-                        help="the writer's option dataHeaders (default true, as the source's): the run and task "
-                             "headers on every record")
+    parser.add_argument("--run-tag", choices=("envelope", "headers", "none"), default="envelope",
+                        help="the writer's option runTag (default envelope, as the source's): how every record "
+                             "names its run")
     add_cluster_options(parser)
     args = parser.parse_args()
 
@@ -190,7 +190,7 @@ def main() -> int:
     with kafka_cluster(args) as cluster:
         topic = f"bench-profile-{uuid.uuid4().hex[:8]}"
         options = {"topic": topic, "runId": "profile", "job": "profile", "key": "user", "eventTime": "event_time",
-                   "partitions": str(args.partitions), "timeout": "120", "dataHeaders": args.data_headers,
+                   "partitions": str(args.partitions), "timeout": "120", "runTag": args.run_tag,
                    **{f"kafka.{k}": v for k, v in cluster.config.items()}}
         source = ControlMsgDataSource(options)
         task = FakeTask()

@@ -45,8 +45,8 @@ __all__ = [
     "WINDOW_HELP",
     "Check",
     "add_common_options",
-    "add_data_headers_option",
     "add_partitions_option",
+    "add_run_tag_option",
     "add_window_options",
     "add_window_topic_options",
     "common_problems",
@@ -163,13 +163,13 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EXIT_CODES
 
 
-def add_data_headers_option(parser: argparse.ArgumentParser) -> None:
-    """``--data-headers``, the data source's ``dataHeaders``, for the jobs that write an intermediate topic."""
-    parser.add_argument("--data-headers", choices=("true", "false"), default="true",
-                        help="put the run in every record's headers, so that readers of a topic that holds "
-                             "several runs take only theirs (default true; the pipeline writes topics it names "
-                             "after its run and turns it off: a run header costs the write about a third of "
-                             "its rate)")
+def add_run_tag_option(parser: argparse.ArgumentParser) -> None:
+    """``--run-tag``, the data source's ``runTag``, for the jobs that write an intermediate topic."""
+    parser.add_argument("--run-tag", choices=("envelope", "headers", "none"), default="envelope",
+                        help="how each record names its run, so that readers of a topic that holds several runs "
+                             "take only theirs: in its value (envelope, the default: wire format 2, at no cost to "
+                             "the write), in headers (wire format 1, for readers of that format, and each record "
+                             "names its task too; about 0.6 of the rate), or not at all (none)")
 
 
 def common_problems(args: argparse.Namespace) -> list[str]:

@@ -286,7 +286,7 @@ def read_output(path: str, sums: Sequence[str]) -> list[dict[str, Any]]:
 END_OF_TIME: Final = 2**63 - 1
 """A partition's watermark once every upstream task has ended there."""
 
-_KINDS: Final = {0: "data", 1: "watermark", 2: "eos"}
+_KINDS: Final = {0: "data", 1: "watermark", 2: "eos", 3: "data"}  # 3: wire format 2, the run in the envelope
 
 
 @dataclass(frozen=True)
@@ -374,8 +374,8 @@ class Run:
 
 def read_run(config: Mapping[str, Any], topic: str, run_id: str, timeout_s: float = 60.0) -> Run:
     """Every committed record of run ``run_id`` on ``topic``, from the beginning to the current end, decoded
-    from the wire format here (control messages of other runs, and data records whose ``controlmsg-run``
-    header names another run, left out), each data record with its partition's watermarks."""
+    from the wire format here (control messages of other runs, and data records that name another run in
+    their envelope or their ``controlmsg-run`` header, left out), each data record with its partition's watermarks."""
     consumer = Consumer({**config, "group.id": f"oracle-{uuid.uuid4().hex}", "enable.auto.commit": False,
                          "isolation.level": "read_committed", "enable.partition.eof": True})
     try:
@@ -403,9 +403,14 @@ def read_run(config: Mapping[str, Any], topic: str, run_id: str, timeout_s: floa
             value: bytes = msg.value() or b""
             kind = _KINDS[value[0]]
             if kind == "data":
-                run = dict(msg.headers() or []).get("controlmsg-run")
+                run: bytes | None
+                if value[0] == 3:  # byte 3, the run id's length, the run id, the JSON
+                    run, payload = value[2:2 + value[1]], value[2 + value[1]:]
+                    assert len(run) == value[1], f"{topic}[{p}]@{msg.offset()}: a run id cut short"
+                else:
+                    run, payload = dict(msg.headers() or []).get("controlmsg-run"), value[1:]
                 if run is None or run == run_id.encode():
-                    records.append(WireRecord(p, msg.offset(), kind, json.loads(value[1:]), watermark.value,
+                    records.append(WireRecord(p, msg.offset(), kind, json.loads(payload), watermark.value,
                                               watermark.highest))
                 continue
             body = _control(value)

@@ -36,6 +36,8 @@ class MessageType(IntEnum):
     USER_MESSAGE = 0
     WATERMARK = 1
     END_OF_STREAM = 2
+    USER_MESSAGE_OF_RUN = 3
+    """Wire format 2: a user message that names its run in the envelope (docs/PROTOCOL.md, "Wire format 2")."""
 
 
 def _is_utf8(text: str) -> bool:

@@ -1,17 +1,20 @@
 """The user records a reader of an intermediate topic gives (:class:`~controlmsg.kafka.reader.ControlReader`):
 one :class:`DataRecord` each, or many at once as parallel lists (:class:`DataColumns`), and whether a record
-belongs to the run the reader follows (:func:`same_run`). No I/O.
+belongs to the run the reader follows: by its ``controlmsg-run`` header in wire format 1 (:func:`same_run`), by
+its envelope in wire format 2 (:func:`own_run_tag`, :func:`tagged_payload`). No I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
+from controlmsg.core.codec import MAX_RUN_TAG_BYTES, run_tag, split_run
+from controlmsg.core.messages import MessageType
 from controlmsg.kafka.writer import HEADER_TASK
 
-__all__ = ["DataColumns", "DataRecord", "same_run"]
+__all__ = ["DataColumns", "DataRecord", "own_run_tag", "same_run", "tagged_payload"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +34,8 @@ class DataRecord:
     @property
     def upstream_task(self) -> str | None:
         """The upstream task that wrote the record, from its ``controlmsg-task`` header (written by a
-        ControlWriter with ``data_headers=True``); ``None`` when the record does not say."""
+        ControlWriter with ``data_headers=True``, a Spark write with ``runTag headers``); ``None`` when the
+        record does not say (a record that names its run in the envelope names no task)."""
         headers = self.message.headers() if self.message is not None else None
         for name, value in headers or ():
             if name == HEADER_TASK and value is not None:
@@ -85,3 +89,27 @@ def same_run(headers: list[tuple[str, bytes | None]] | None, run_header: tuple[s
         if key == name:
             return bool(value == run)
     return True
+
+
+_NO_SUCH_TAG: Final = bytes((MessageType.USER_MESSAGE_OF_RUN, MAX_RUN_TAG_BYTES, 0xFF))
+"""A tag no record has: byte 0xFF never occurs in UTF-8, so no run id begins with it."""
+
+
+def own_run_tag(run_id: str | None) -> bytes | None:
+    """The envelope tag by which a reader of run ``run_id`` knows its own records of wire format 2
+    (:func:`~controlmsg.core.codec.run_tag`); ``None`` for a reader that follows no run given in advance
+    (every run's records pass). A run id too long to be named in the envelope gets a tag no record has:
+    no writer can have tagged a record with it."""
+    if run_id is None:
+        return None
+    return run_tag(run_id) if len(run_id.encode()) <= MAX_RUN_TAG_BYTES else _NO_SUCH_TAG
+
+
+def tagged_payload(value: bytes, own: bytes | None) -> bytes | None:
+    """The payload of a user message that names its run (type byte 3) when it is of the run whose tag is
+    ``own`` (:func:`own_run_tag`; ``None``: of any run), else ``None``. Raises
+    :class:`~controlmsg.errors.DecodeError` for such a message cut short (its run longer than the value)."""
+    if own is not None and value.startswith(own):
+        return value[len(own):]
+    payload = split_run(value)[1]
+    return payload if own is None else None

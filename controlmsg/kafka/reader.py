@@ -18,17 +18,19 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import Any, Final, cast
+from enum import Enum
+from typing import Any, Final, Literal, cast
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from controlmsg.core.bookkeeping import InputTracker
 from controlmsg.core.codec import decode
 from controlmsg.core.events import Event
-from controlmsg.errors import CheckpointError, Location, ProtocolError, ReadError
+from controlmsg.core.messages import MessageType
+from controlmsg.errors import CheckpointError, DecodeError, Location, ProtocolError, ReadError
 from controlmsg.kafka.admin import wait_for_topic
 from controlmsg.kafka.checkpoint import Checkpoint, FileCheckpointStore
-from controlmsg.kafka.data_records import DataColumns, DataRecord, same_run
+from controlmsg.kafka.data_records import DataColumns, DataRecord, own_run_tag, same_run, tagged_payload
 from controlmsg.kafka.deadletter import (
     HEADER_DLQ_OFFSET,
     HEADER_DLQ_PARTITION,
@@ -56,6 +58,14 @@ __all__ = [
 
 _PARTITION_EOF: Final = KafkaError._PARTITION_EOF
 _USER_BYTE: Final = 0
+_RUN_BYTE: Final = int(MessageType.USER_MESSAGE_OF_RUN)
+
+
+class _Bad(Enum):
+    CUT_SHORT = "cut short"  # _of_run's answer for a bad record
+
+
+_CUT_SHORT: Final = _Bad.CUT_SHORT
 _TO_EARLIEST: Final = frozenset({"earliest", "smallest", "beginning"})
 
 
@@ -93,7 +103,8 @@ class ControlReader:
     added: a private ``group.id``, no auto commit, ``isolation.level=read_committed``).
     ``partitions``: the partitions this consumer owns (default: all of the topic's).
     ``run_id``: the run to follow (default: the run of the first control message). When given, user
-    records whose ``controlmsg-run`` header names another run are skipped and counted too.
+    records that name another run, in their envelope (wire format 2) or in their ``controlmsg-run``
+    header (format 1), are skipped and counted too.
     ``checkpoint``: a store to resume from (if it holds a checkpoint) and to save to with
     :meth:`save_checkpoint`. ``resume_from``: a checkpoint kept elsewhere (e.g. in a Kafka state topic)
     to resume from instead of the store's. ``dead_letter_topic``: where bad records go instead of stopping the reader.
@@ -133,6 +144,7 @@ class ControlReader:
         self.stop_at_end = stop_at_end
         self._store = checkpoint
         self._filter_run = (HEADER_RUN, run_id.encode()) if run_id is not None else None
+        self._own_tag = own_run_tag(run_id)
         self.skipped_other_run = 0
         self._error: ProtocolError | None = None
         self._errors = ConsumerErrors()
@@ -204,7 +216,7 @@ class ControlReader:
         append = items.append
         positions = self._positions
         filter_run = self._filter_run
-        new, record_type, user_byte = _new_record, DataRecord, _USER_BYTE
+        new, record_type, user_byte, run_byte = _new_record, DataRecord, _USER_BYTE, _RUN_BYTE
         set_partition, set_offset, set_key, set_payload, set_message = (
             _set_partition, _set_offset, _set_key, _set_payload, _set_message)
         for msg in msgs:
@@ -225,6 +237,13 @@ class ControlReader:
                     set_payload(record, value[1:])
                     set_message(record, msg)
                     append(record)
+                positions[p] = off + 1
+                continue
+            if value and value[0] == run_byte and (payload := self._of_run(value)) is not _CUT_SHORT:
+                if payload is None:
+                    self.skipped_other_run += 1
+                else:
+                    append(DataRecord(p, off, msg.key(), payload, msg))
                 positions[p] = off + 1
                 continue
             if not self._control(msg, p, off, value, items):
@@ -269,7 +288,9 @@ class ControlReader:
         events: list[Event] = []
         positions = self._positions
         filter_run = self._filter_run
-        user_byte = _USER_BYTE
+        user_byte, run_byte = _USER_BYTE, _RUN_BYTE
+        own = self._own_tag
+        own_end = len(own) if own is not None else 0
         add_partition, add_offset, add_key, add_payload, add_message = (
             into.partitions.append, into.offsets.append, into.keys.append, into.payloads.append,
             into.messages.append)
@@ -293,11 +314,33 @@ class ControlReader:
                     add_message(msg)
                 positions[p] = off + 1
                 continue
+            if value and value[0] == run_byte and (
+                    (payload := value[own_end:] if own is not None and value.startswith(own) else self._of_run(value))
+                    is not _CUT_SHORT):
+                if payload is None:
+                    self.skipped_other_run += 1
+                else:
+                    add_partition(p)
+                    add_offset(off)
+                    add_key(msg.key())
+                    add_payload(payload)
+                    add_message(msg)
+                positions[p] = off + 1
+                continue
             if not self._control(msg, p, off, value, events):
                 return events
             if self.stop_at_end and self.tracker.is_ended:
                 break
         return events
+
+    def _of_run(self, value: bytes) -> bytes | Literal[_Bad.CUT_SHORT] | None:
+        """A user message that names its run (wire format 2): its payload when it is of the followed run
+        (or of any, when none was given), ``None`` when of another run, :data:`_CUT_SHORT` when it is cut
+        short, for :meth:`_control` to refuse as every bad record."""
+        try:
+            return tagged_payload(value, self._own_tag)
+        except DecodeError:
+            return _CUT_SHORT
 
     def _control(self, msg: Any, p: int, off: int, value: bytes | None, out: list[Any]) -> bool:
         """Feed a record that is not a user message to the bookkeeping, its events to ``out``; a bad one

@@ -7,9 +7,11 @@ keep the hot path free of per-record callbacks) and raised as :class:`~controlms
 by :meth:`ControlWriter.flush`, :meth:`ControlWriter.commit` and :meth:`ControlWriter.close`.
 
 Headers: every control message carries ``controlmsg-task``, ``controlmsg-run`` and ``controlmsg-seq``
-(a per-task counter, for de-duplication and debugging). With ``data_headers=True`` user messages carry
-``controlmsg-run`` and ``controlmsg-task`` too, so a reader can drop user records of other runs. The
-value layout never depends on headers.
+(a per-task counter, for de-duplication and debugging). User messages name their run so that a reader
+can drop user records of other runs in one of two ways: with ``run_in_envelope=True`` in their value (wire
+format 2: :func:`~controlmsg.core.codec.run_tag`, no headers, the fast way), with ``data_headers=True`` in
+the ``controlmsg-run`` and ``controlmsg-task`` headers (wire format 1, which readers of format 1 read
+too); by default not at all (a topic of one run). The value layout never depends on headers.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, Final
 import orjson
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
-from controlmsg.core.codec import encode_control, encode_json, encode_user
+from controlmsg.core.codec import encode_control, encode_user, run_tag
 from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
 from controlmsg.errors import DeliveryError
 from controlmsg.kafka.aborts import abort_or_fence
@@ -92,6 +94,8 @@ class ControlWriter:
     topic) when not given. With a ``transactional.id`` in ``config`` the writer initialises transactions
     and opens the first one; :meth:`commit` commits it and opens the next. ``generation``: the task set
     the task belongs to, on each control message (docs/PROTOCOL.md, "Generations"; 0 until a rescale).
+    ``run_in_envelope``: each user message names the run in its value (:attr:`user_prefix`); raises
+    ``ValueError`` with ``data_headers`` too (one way to name the run), or for a run id too long for it.
 
     Not thread-safe. Use as a context manager, or call :meth:`close`.
     """
@@ -108,9 +112,15 @@ class ControlWriter:
         data_headers: bool = False,
         topic_timeout: float = 30.0,
         generation: int = 0,
+        run_in_envelope: bool = False,
     ) -> None:
         # Validates task_name, task_count and generation once, with a clear error, before any I/O.
         EndOfStreamMessage(task_name, task_count if task_count is not None else 1, run_id, generation=generation)
+        if run_in_envelope and data_headers:
+            raise ValueError("run_in_envelope and data_headers both set: a user message names its run one way")
+        self.user_prefix: bytes = run_tag(run_id) if run_in_envelope else _USER
+        """The first bytes of this writer's user messages: the type byte, and with ``run_in_envelope`` the
+        run's tag. Values given to :meth:`send_encoded` begin with them."""
         self.generation = generation
         self.topic = topic
         self.task_name = task_name
@@ -190,9 +200,9 @@ class ControlWriter:
         if partition < 0 and self._data_headers is None:
             # The common case inlined (encode_json and _produce's first branch): this is the per-record path.
             try:
-                self._produce_call(self.topic, _USER + _dumps(value), key)
+                self._produce_call(self.topic, self.user_prefix + _dumps(value), key)
             except BufferError:
-                self._produce(encode_json(value), key, partition, None)
+                self._produce(self.user_prefix + _dumps(value), key, partition, None)
                 return
             except KafkaException as exc:
                 raise DeliveryError(f"cannot produce to topic {self.topic!r}: {exc.args[0]}") from exc
@@ -201,19 +211,19 @@ class ControlWriter:
                 self._since_poll = 0
                 self._producer.poll(0)
             return
-        self._produce(encode_json(value), key, partition, self._data_headers)
+        self._produce(self.user_prefix + _dumps(value), key, partition, self._data_headers)
 
     def send_encoded(self, values: Sequence[bytes], keys: Sequence[bytes | str | None] | None = None,
                      headers: Sequence[list[tuple[str, bytes | None]] | None] | None = None) -> None:
-        """Send user messages whose values are complete envelopes already (from
-        :func:`~controlmsg.core.codec.encode_user`, :func:`~controlmsg.core.codec.encode_json` or
-        :func:`~controlmsg.core.codec.encode_json_rows`), ``keys[i]`` the key of ``values[i]`` (``keys``
-        ``None``: no keys), each to the partition of its key. The same records, headers and errors as
-        :meth:`send_bytes` once per value, in order; only the per-record Python work is less (one loop
-        over the batch, delivery reports served once per batch). Raises ``ValueError`` when ``keys`` and
-        ``values`` differ in length, :class:`DeliveryError` when librdkafka refuses a record (the records
-        before it are sent). ``headers[i]``, when given, are record ``i``'s own headers, sent after this
-        writer's (which a caller keeps from being overridden: see :mod:`controlmsg.spark.writing`)."""
+        """Send user messages whose values are complete envelopes already, beginning with :attr:`user_prefix`
+        (:func:`~controlmsg.core.codec.encode_json_rows` and :func:`~controlmsg.core.codec.encode_user_rows`
+        with ``prefix=writer.user_prefix``), ``keys[i]`` the key of ``values[i]`` (``keys`` ``None``: no keys),
+        each to the partition of its key. The same records, headers and errors as :meth:`send_bytes` once per
+        value, in order; only the per-record Python work is less (one loop over the batch, delivery reports
+        served once per batch). Raises ``ValueError`` when ``keys`` and ``values`` differ in length,
+        :class:`DeliveryError` when librdkafka refuses a record (the records before it are sent).
+        ``headers[i]``, when given, are record ``i``'s own headers, sent after this writer's (which a caller
+        keeps from being overridden: see :mod:`controlmsg.spark.writing`)."""
         if keys is not None and len(keys) != len(values):
             raise ValueError(f"{len(values)} values but {len(keys)} keys")
         if headers is not None:
@@ -255,7 +265,7 @@ class ControlWriter:
 
     def send_bytes(self, payload: bytes, key: bytes | str | None = None, partition: int = -1) -> None:
         """Send one user message whose payload is already serialized by the user's serde."""
-        self._produce(encode_user(payload), key, partition, self._data_headers)
+        self._produce(self.user_prefix + payload, key, partition, self._data_headers)
 
     def produce_to(self, topic: str, value: bytes | None, key: bytes | str | None = None, partition: int = -1,
                    headers: list[tuple[str, str | bytes | None]] | None = None) -> None:

@@ -18,17 +18,20 @@ Writers also take ``key`` (a column), ``eventTime`` (a column: a timestamp, a da
 because it is missing; default 4), ``replicationFactor`` (of such a topic; default: the cluster's
 ``default.replication.factor``), ``topicConfig.<name>`` (a topic config of such a topic, e.g.
 ``topicConfig.min.insync.replicas``),
-``job`` (the first part of every task name; default ``spark``), ``transactionTimeoutMs`` (default
-600000: a write task must finish within it), ``dataHeaders`` (``true``: put the run in every record's
-headers so that readers of a topic holding several runs take only theirs; default true), ``value`` (a
-string or binary column whose bytes are each record's payload as they are, e.g. ``to_json(struct(*))``
-or ``to_avro(...)`` made in the JVM, as ``format("kafka")`` takes its ``value`` column; default: the
-row's columns as one JSON object, made in Python), ``commitRows`` (a batch write task commits about every
-this many rows, so that readers get its records as it writes; a retry resumes after what was committed,
-and fails rather than write twice when its input is not the same rows in the same order: see
-:mod:`controlmsg.spark.writing.chunks`; default: one transaction per task). A stream writer reads its query's
-offset log under ``checkpointLocation`` (the option Spark passes to the sink) for the stage's watermark and the end of
-its input (see :mod:`controlmsg.spark.writing`); it must be on the driver's local file system, or the query is
+``job`` (the first part of every task name; default ``spark``), ``transactionTimeoutMs`` (default 600000: a
+write task must finish within it), ``runTag`` (how each record names its run, so that readers of a topic
+holding several runs take only theirs: ``envelope``, the default, in the record's value, wire format 2, which
+readers of format 1 refuse; ``headers``, in the ``controlmsg-run`` and ``controlmsg-task`` headers, wire
+format 1, which earlier readers read too, at about 0.6 of the write rate; ``none``, not at all, for a topic of
+one run; docs/PROTOCOL.md, "Wire format 2"), ``dataHeaders`` (the earlier spelling: ``true`` is ``runTag headers``,
+``false`` is ``runTag none``), ``value`` (a string or binary column whose bytes are each record's
+payload as they are, e.g. ``to_json(struct(*))`` or ``to_avro(...)`` made in the JVM, as ``format("kafka")``
+takes its ``value`` column; default: the row's columns as one JSON object, made in Python), ``commitRows`` (a
+batch write task commits about every this many rows, so that readers get its records as it writes; a retry
+resumes after what was committed, and fails rather than write twice when its input is not the same rows in the
+same order: see :mod:`controlmsg.spark.writing.chunks`; default: one transaction per task). A stream writer reads its
+query's offset log under ``checkpointLocation`` (the option Spark passes to the sink) for the stage's watermark and the
+end of its input (see :mod:`controlmsg.spark.writing`); it must be on the driver's local file system, or the query is
 refused when it starts unless ``stageProgress`` is ``driver`` (the driver program follows the query with
 ``controlmsg.spark.await_stage``, which writes the stage's watermark and end of stream from the query's
 progress: for a checkpoint anywhere) or ``eventTime`` (the weaker rule: the largest ``eventTime`` minus
@@ -103,6 +106,9 @@ from controlmsg.spark.positions import (
 __all__ = [
     "DEFAULT_CORRUPT_COLUMN",
     "DEFAULT_PARTITIONS",
+    "RUN_TAG_ENVELOPE",
+    "RUN_TAG_HEADERS",
+    "RUN_TAG_NONE",
     "STAGE_PROGRESS_DRIVER",
     "STAGE_PROGRESS_EVENT_TIME",
     "STAGE_PROGRESS_OFFSET_LOG",
@@ -149,7 +155,7 @@ OPTION_NAMES: Final = (
     "groupIdPrefix", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "kafkaConsumer.pollTimeoutMs",
     # writers
     "key", "value", "eventTime", "allowedLateness", "partitions", "replicationFactor", "job",
-    "transactionTimeoutMs", "dataHeaders", "commitRows", "stageProgress", "checkpointLocation",
+    "transactionTimeoutMs", "runTag", "dataHeaders", "commitRows", "stageProgress", "checkpointLocation",
 )
 """Every option name the data source knows (besides the prefixes ``kafka.`` and ``topicConfig.``), as the
 docs spell them. A read takes a writer's options and the reverse (one map may serve both); any other name
@@ -278,6 +284,22 @@ def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
     if text.lower() in ("false", "0", "no"):
         return False
     raise ValueError(f"option {name!r} must be true or false, got {text!r}")
+
+
+RUN_TAG_ENVELOPE: Final = "envelope"
+RUN_TAG_HEADERS: Final = "headers"
+RUN_TAG_NONE: Final = "none"
+
+
+def _run_tag(opts: Mapping[str, str]) -> str:
+    """Option ``runTag``, or its earlier spelling ``dataHeaders`` (``true``: headers, ``false``: none); both
+    given is refused, since one would silently override the other."""
+    if opts.get("dataheaders", "") != "":
+        if opts.get("runtag"):
+            raise ValueError("options 'runTag' and 'dataHeaders' both given: 'dataHeaders' is the earlier spelling "
+                             "of 'runTag' (true: headers, false: none); keep one")
+        return RUN_TAG_HEADERS if _bool(opts, "dataHeaders", True) else RUN_TAG_NONE
+    return _choice(opts, "runTag", (RUN_TAG_ENVELOPE, RUN_TAG_HEADERS, RUN_TAG_NONE), RUN_TAG_ENVELOPE)
 
 
 _EVENT_TIME_OPTIONS: Final = ("eventTimeField", "maxOutOfOrderness", "idleTimeout", "maxWatermarkDrift")
@@ -468,7 +490,8 @@ class WriteOptions:
     topic_config: tuple[tuple[str, str], ...]
     job: str
     transaction_timeout_ms: int
-    data_headers: bool
+    run_tag: str
+    """Option ``runTag``: :data:`RUN_TAG_ENVELOPE`, :data:`RUN_TAG_HEADERS` or :data:`RUN_TAG_NONE`."""
     value: str | None = None
     checkpoint: str | None = None
     commit_rows: int | None = None
@@ -480,6 +503,16 @@ class WriteOptions:
     (option ``stageProgress``)."""
     log_phases: bool = False
     """Option ``logPhases``: a line per write task and per driver commit (:mod:`controlmsg.spark.phases`)."""
+
+    @property
+    def data_headers(self) -> bool:
+        """Whether each record names its run and task in headers (``runTag headers``)."""
+        return self.run_tag == RUN_TAG_HEADERS
+
+    @property
+    def run_in_envelope(self) -> bool:
+        """Whether each record names its run in its value (``runTag envelope``, wire format 2)."""
+        return self.run_tag == RUN_TAG_ENVELOPE
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -505,7 +538,7 @@ class WriteOptions:
                                       if k.startswith(_TOPIC_CONFIG) and len(k) > len(_TOPIC_CONFIG))),
             job=opts.get("job") or "spark",
             transaction_timeout_ms=_positive_int(opts, "transactionTimeoutMs", 600_000) or 600_000,
-            data_headers=_bool(opts, "dataHeaders", True),
+            run_tag=_run_tag(opts),
             value=opts.get("value") or None,
             checkpoint=opts.get("checkpointlocation") or None,
             commit_rows=_positive_int(opts, "commitRows", None),

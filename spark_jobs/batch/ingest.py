@@ -24,7 +24,7 @@ from pyspark.sql import types as T
 from controlmsg.spark import run_status
 from spark_jobs import description
 from spark_jobs.checks import input_problems, output_problems, positive_problems, sum_problems, typed_sums
-from spark_jobs.common import add_common_options, add_data_headers_option, controlmsg_options, job_logger, run_job
+from spark_jobs.common import add_common_options, add_run_tag_option, controlmsg_options, job_logger, run_job
 from spark_jobs.events import EVENT_MS, read_table, split_rejects_observed, top_column, write_table
 
 __all__ = ["build_parser", "check_arguments", "main", "run"]
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, default=4, help="topic partitions (created if missing)")
     p.add_argument("--tasks", type=int, default=2, help="upstream write tasks")
     p.add_argument("--rejects", help="where rejected rows go (default: rejects-<run>.jsonl)")
-    add_data_headers_option(p)
+    add_run_tag_option(p)
     add_common_options(p)
     return p
 
@@ -97,7 +97,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
              args.input, args.topic, args.tasks, args.partitions, args.run_id)
     started = time.monotonic()
     options = controlmsg_options(args, config, args.topic, job="ingest", key="key", eventTime="event_ms",
-                                 partitions=str(args.partitions), dataHeaders=args.data_headers)
+                                 partitions=str(args.partitions), runTag=args.run_tag)
     records.write.format("controlmsg").mode("append").options(**options).save()
     seconds = time.monotonic() - started
     written = run_status(options)

@@ -27,8 +27,8 @@ from spark_jobs import description
 from spark_jobs.checks import duration_problems, positive_problems, sum_problems, typed_sums
 from spark_jobs.common import (
     add_common_options,
-    add_data_headers_option,
     add_partitions_option,
+    add_run_tag_option,
     add_window_options,
     add_window_topic_options,
     controlmsg_options,
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--commit-rows", type=int, default=COMMIT_ROWS,
                    help="a write task commits about every this many results (option commitRows), so that the "
                         "next job reads them while this one writes (default %(default)s)")
-    add_data_headers_option(p)
+    add_run_tag_option(p)
     add_common_options(p)
     return p
 
@@ -98,7 +98,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     windows = aggregate_windows(records, window_ms, list(sums))
     options = controlmsg_options(args, config, args.output_topic, job="window", key="key",
                                  eventTime="window_start", partitions=str(args.partitions),
-                                 dataHeaders=args.data_headers, commitRows=str(args.commit_rows))
+                                 runTag=args.run_tag, commitRows=str(args.commit_rows))
     # Each write task commits every --commit-rows results (controlmsg.spark.writing.chunks), so the sink reads them
     # while this job writes and only the last chunks are left after the end of stream. A retried task
     # resumes after its committed chunks, which needs its rows in the same order again: hence the sort on

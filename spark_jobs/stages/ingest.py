@@ -114,7 +114,7 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
                                 availableNowEnds="true", maxOffsetsPerTrigger=args.max_offsets_per_trigger)
     sink = controlmsg_options(args, config, args.topic, job="stage_ingest", key="key", eventTime="event_ms",
                               allowedLateness=args.allowed_lateness, partitions=str(args.partitions),
-                              dataHeaders="false", **stage_progress(args.checkpoint), **phase_options(args))
+                              **stage_progress(args.checkpoint), **phase_options(args))
     trigger = {"availableNow": True} if args.until_source_end else {"processingTime": args.trigger_interval}
     delay_ms = parse_duration(args.allowed_lateness) if args.allowed_lateness.strip() not in ("0", "0s") else 0
 

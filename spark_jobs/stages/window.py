@@ -111,10 +111,10 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     source = controlmsg_options(args, config, args.input_topic, maxOffsetsPerTrigger=args.max_offsets_per_trigger,
                                 **phases)
     sink = controlmsg_options(args, config, args.output_topic, job="stage_window", key="key",
-                              eventTime="window_end", partitions=str(args.partitions), dataHeaders="false",
+                              eventTime="window_end", partitions=str(args.partitions),
                               **stage_progress(f"{args.checkpoint}/windows"), **phases)
     late_sink = controlmsg_options(args, config, f"{args.output_topic}-late", job="stage_window_late", key="key",
-                                   eventTime="event_ms", partitions="1", dataHeaders="false",
+                                   eventTime="event_ms", partitions="1",
                                    **stage_progress(f"{args.checkpoint}/late"), **phases)
 
     def start() -> tuple[StreamingQuery, StreamingQuery]:

@@ -120,6 +120,7 @@ def test_old_run_end_of_stream_does_not_end_new_run(kafka_config: dict[str, Any]
 
 BAD_RECORDS: list[tuple[bytes | None, str]] = [
     (b"\x07{}", "unknown MessageType byte 7"),
+    (b"\x03\x09r1{}", "names a run of 9 bytes but has only 4"),  # wire format 2, its run id cut short
     (b"", "empty value"),
     (b"\x01{not json", "not valid UTF-8 JSON"),
     (b"\x01" + orjson.dumps({"version": 2, "taskName": "a", "taskCount": 1, "timestamp": 1}), "version 2"),

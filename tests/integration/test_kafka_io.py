@@ -242,6 +242,61 @@ def test_send_encoded_and_poll_columns_are_send_and_poll_per_record(
                                                   [columns.payloads[2], columns.payloads[0]])
 
 
+def test_runs_named_in_the_envelope_share_a_topic(kafka_config: dict[str, Any],
+                                                  new_topic: Callable[..., str]) -> None:
+    """Wire format 2: a writer with ``run_in_envelope`` names its run in each record's value and sends no
+    headers; a reader of one run takes its records on both read paths, and those of format 1 (the run
+    header, or nothing), and skips and counts another run's (one whose id begins like its own too)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    from controlmsg.core.codec import encode_json_rows
+    from controlmsg.kafka import DataColumns
+
+    topic = new_topic(2)
+    with ControlWriter(kafka_config, topic, task_name="a", task_count=2, run_id="r1", run_in_envelope=True) as w:
+        assert w.user_prefix == b"\x03\x02r1"
+        w.send({"n": 0}, "k0")
+        w.send_bytes(b'{"n":1}', "k1")
+        w.send_encoded(encode_json_rows([{"n": 2}, {"n": 3}], prefix=w.user_prefix), ["k2", "k3"])
+        w.send_end_of_stream()
+    for run in ("r11", "r"):  # other runs, tagged likewise
+        with ControlWriter(kafka_config, topic, task_name="a", task_count=2, run_id=run, run_in_envelope=True) as w:
+            w.send({"other": run}, "k0")
+    with ControlWriter(kafka_config, topic, task_name="b", task_count=2, run_id="r1", data_headers=True) as w:
+        w.send({"n": 4}, "k4")  # wire format 1, the run header
+        w.send_end_of_stream()
+    with pytest.raises(ValueError, match="one way"):
+        ControlWriter(kafka_config, topic, task_name="c", task_count=1, run_id="r1", data_headers=True,
+                      run_in_envelope=True)
+
+    with ControlReader(kafka_config, topic, run_id="r1") as reader:
+        records = [i for i in reader.read_until_end(timeout=60) if isinstance(i, DataRecord)]
+        assert reader.skipped_other_run == 2
+    assert sorted(orjson.loads(r.payload)["n"] for r in records) == [0, 1, 2, 3, 4]
+    columns = DataColumns()
+    with ControlReader(kafka_config, topic, run_id="r1") as reader:
+        deadline = time.monotonic() + 60
+        while not reader.tracker.is_ended and time.monotonic() < deadline:
+            reader.poll_columns(columns, 0.5)
+        assert reader.skipped_other_run == 2
+    assert sorted(columns.payloads) == sorted(r.payload for r in records)
+    with ControlReader(kafka_config, topic) as reader:  # no run given: every run's records, their tags cut off
+        everything = sorted(i.payload for i in reader.read_until_end(timeout=60) if isinstance(i, DataRecord))
+    assert everything == sorted([r.payload for r in records] + [b'{"other":"r11"}', b'{"other":"r"}'])
+
+    consumer = Consumer({**kafka_config, "group.id": f"raw-{topic}", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(2)])
+    raw: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(raw) < 11 and time.monotonic() < deadline:  # 7 data records and 4 ends of stream
+        raw += [m for m in consumer.consume(100, 1.0) if m.error() is None]
+    consumer.close()
+    tagged = {m.value() for m in raw if m.value()[0] == 3}
+    assert tagged == {b'\x03\x02r1{"n":0}', b'\x03\x02r1{"n":1}', b'\x03\x02r1{"n":2}', b'\x03\x02r1{"n":3}',
+                      b'\x03\x03r11{"other":"r11"}', b'\x03\x01r{"other":"r"}'}
+    assert all(m.headers() is None for m in raw if m.value()[0] == 3)  # no header on a tagged record
+
+
 def test_every_send_path_writes_its_key_partition_headers_and_a_current_timestamp(
         kafka_config: dict[str, Any], new_topic: Callable[..., str]) -> None:
     """The writer calls confluent-kafka's produce() positionally (topic, value, key, partition, callback,

@@ -111,7 +111,9 @@ def test_a_retry_resumes_after_the_committed_chunks(
     rows = make_rows(300, users=7)
     assert len({r[:4] for r in rows}) == 300
     spark.dataSource.register(_source(_FailsBeforeLastCommit, "controlmsg_chunk_fault"))
-    opts = options(topic, bootstrap_servers, job="chunk", key="user", eventTime="ts", commitRows=str(_COMMIT_ROWS))
+    # runTag headers: each record names its task, which the counts per task below need.
+    opts = options(topic, bootstrap_servers, job="chunk", key="user", eventTime="ts", commitRows=str(_COMMIT_ROWS),
+                   runTag="headers")
     _sorted_input(spark, rows).write.format("controlmsg_chunk_fault").mode("append").options(**opts).save()
 
     status = run_status(opts)
@@ -144,7 +146,7 @@ def test_a_retry_with_its_input_in_another_order_fails_and_the_run_does_not_end(
     rows = make_rows(300, users=7)
     spark.dataSource.register(_source(_ReorderedRetry, "controlmsg_chunk_reorder"))
     opts = options(topic, bootstrap_servers, job="reorder", key="user", eventTime="ts",
-                   commitRows=str(_COMMIT_ROWS))
+                   commitRows=str(_COMMIT_ROWS), runTag="headers")  # records that name their task, counted below
     with pytest.raises(Exception, match="cannot resume exactly once"):
         _sorted_input(spark, rows).write.format("controlmsg_chunk_reorder").mode("append").options(**opts).save()
 

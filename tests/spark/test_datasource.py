@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from controlmsg.kafka import ControlReader
 from controlmsg.spark import run_status
-from tests.spark.helpers import options
+from tests.spark.helpers import options, read
 from tests.spark.topic_dump import count_by, dump_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -60,10 +60,18 @@ def test_write_then_read_round_trip(spark: SparkSession, bootstrap_servers: str,
     # The driver is the one upstream task: one end of stream per partition, whatever the number of tasks.
     assert count_by(wire, "eos") == {(p, "spark-r1-driver"): 1 for p in range(topic_partitions)}
     assert {(r.value.task_count, r.value.generation) for r in wire if r.kind == "eos"} == {(1, 0)}
-    writers = Counter(r.task for r in wire if r.kind == "data")
+    data = [r for r in wire if r.kind == "data"]
+    # Wire format 2 by default (runTag envelope): each record names its run in its value, with no header.
+    assert len(data) == 200 and {(r.run, r.task, r.headers) for r in data} == {("r1", None, ())}
+    headed = new_topic(topic_partitions)  # runTag headers: format 1, the run and the task in headers
+    (df.write.format("controlmsg").mode("append").options(**options(headed, bootstrap_servers, runTag="headers"))
+     .option("key", "user").save())
+    writers = Counter(r.task for r in dump_topic(kafka_config, headed) if r.kind == "data")
     assert sum(writers.values()) == 200 and set(writers) <= set(names)
     if write_tasks > 5:
         assert set(writers) < set(names)  # 7 tasks, 5 keys: some tasks had no row, and still ended
+    assert (sorted(map(tuple, read(spark, headed, bootstrap_servers, schema=SCHEMA).collect()), key=repr)
+            == sorted(map(tuple, read(spark, topic, bootstrap_servers, schema=SCHEMA).collect()), key=repr))
 
     back = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers)).schema(SCHEMA).load()
     naive = [(r[0], None if r[1] is None else r[1].replace(tzinfo=None), *r[2:]) for r in rows]  # collect(): UTC
@@ -132,7 +140,7 @@ def test_a_value_column_is_the_payload_as_it_is(spark: SparkSession, bootstrap_s
         assert all(orjson.loads(r.value).get("user") == r.key for r in raw)  # keyed by the key column
         assert all(len({x.partition for x in raw if x.key == r.key}) == 1 for r in raw if r.key is not None)
         wire = dump_topic(kafka_config, topic)
-        assert {r.task for r in wire if r.kind == "data"} <= {f"spark-r1-p{i}" for i in range(3)}  # headers kept
+        assert {r.run for r in wire if r.kind == "data"} == {"r1"}  # the run in the envelope, as without 'value'
         back = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers)).schema(SCHEMA).load()
         assert back.count() == 120 and back.where("user IS NULL").count() == sum(r[0] is None for r in rows)
 
@@ -247,13 +255,23 @@ def test_refusals_are_clear(spark: SparkSession, bootstrap_servers: str, new_top
         spark.read.format("controlmsg").options(**options(topic, bootstrap_servers)).load("events").collect()
 
 
-def test_reader_takes_only_its_run(spark: SparkSession, bootstrap_servers: str, new_topic: Callable[..., str]) -> None:
+@pytest.mark.parametrize("run_tag", ["envelope", "headers"])
+def test_reader_takes_only_its_run(spark: SparkSession, bootstrap_servers: str, new_topic: Callable[..., str],
+                                   run_tag: str) -> None:
+    """Runs share a topic whether they name themselves in the envelope (the default) or in headers; a run
+    whose id begins like the one read ("new" and "new2") is another run."""
     topic = new_topic(2)
-    for run, values in (("old", [1, 2, 3]), ("new", [10, 20])):
+    for run, values in (("old", [1, 2, 3]), ("new", [10, 20]), ("new2", [30]), ("ne", [40])):
         df = spark.createDataFrame([(v,) for v in values], "n int").repartition(2)
-        df.write.format("controlmsg").mode("append").options(**options(topic, bootstrap_servers, run)).save()
+        df.write.format("controlmsg").mode("append").options(
+            **options(topic, bootstrap_servers, run, runTag=run_tag)).save()
     back = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers, "new")).schema("n int").load()
     assert sorted(r.n for r in back.collect()) == [10, 20]
+    stream = (spark.readStream.format("controlmsg").options(**options(topic, bootstrap_servers, "new"))
+              .schema("n int").load())
+    query = stream.writeStream.format("memory").queryName(f"runs_{run_tag}").trigger(availableNow=True).start()
+    assert query.awaitTermination(120) and query.exception() is None
+    assert sorted(r.n for r in spark.table(f"runs_{run_tag}").collect()) == [10, 20]
 
 
 def test_a_dataframe_without_partitions_still_ends_the_stream(
@@ -323,9 +341,10 @@ HEADERS = "array<struct<key:string,value:binary>>"
 def test_a_headers_column_is_written_as_record_headers_beside_ours(
         spark: SparkSession, bootstrap_servers: str, kafka_config: dict[str, Any],
         new_topic: Callable[..., str]) -> None:
-    """``format("kafka")``'s ``headers`` column: each row's headers go on its record after controlmsg's own
-    (the run first, which readers look at), not into the JSON value; a read gives them back in ``headers``
-    (``includeHeaders``) or ``_headers`` without controlmsg's. A header named like ours fails the task."""
+    """``format("kafka")``'s ``headers`` column: each row's headers go on its record (after controlmsg's own
+    with ``runTag headers``, the run first, which readers look at), not into the JSON value; a read gives
+    them back in ``headers`` (``includeHeaders``) or ``_headers`` without controlmsg's. A header named like
+    ours fails the task."""
     from pyspark.sql import functions as F
 
     topic = new_topic(2)
@@ -334,9 +353,14 @@ def test_a_headers_column_is_written_as_record_headers_beside_ours(
     df.write.format("controlmsg").mode("append").options(**options(topic, bootstrap_servers, key="user")).save()
     wire = {r.value["user"]: r for r in dump_topic(kafka_config, topic) if r.kind == "data"}
     assert wire["a"].value == {"user": "a", "n": 1}  # not in the value
-    assert [k for k, _ in wire["a"].headers] == ["controlmsg-run", "controlmsg-task", "trace", "empty"]
-    assert wire["a"].headers[2:] == (("trace", b"t-1"), ("empty", None))
-    assert [k for k, _ in wire["b"].headers] == ["controlmsg-run", "controlmsg-task"]
+    assert wire["a"].headers == (("trace", b"t-1"), ("empty", None)) and wire["a"].run == "r1"  # the run: envelope
+    assert wire["b"].headers == ()
+    headed = new_topic(1)
+    df.write.format("controlmsg").mode("append").options(**options(headed, bootstrap_servers, runTag="headers")).save()
+    on_wire = {r.value["user"]: r for r in dump_topic(kafka_config, headed) if r.kind == "data"}
+    assert [k for k, _ in on_wire["a"].headers] == ["controlmsg-run", "controlmsg-task", "trace", "empty"]
+    assert on_wire["a"].headers[2:] == (("trace", b"t-1"), ("empty", None))
+    assert [k for k, _ in on_wire["b"].headers] == ["controlmsg-run", "controlmsg-task"]
 
     raw = spark.read.format("controlmsg").options(**options(topic, bootstrap_servers, includeHeaders="true")).load()
     assert raw.schema.simpleString() == f"{CONNECTOR_COLUMNS},headers:{HEADERS}>"

@@ -61,11 +61,11 @@ def test_pipeline_of_three_spark_applications(spark: SparkSession, bootstrap_ser
         == [base, 19, min(19, base + 12)]
     if base + 12 < 19:
         assert "pipeline: window_aggregate's input ended: it goes down to nice 19" in done.stderr
-    # The pipeline's topics are named after its run and hold nothing else: no run header on each record.
+    # Each record names its run in the envelope (runTag's default, wire format 2), and carries no header.
     for topic in topic_names(summary["run_id"]):
         wire = dump_topic({"bootstrap.servers": bootstrap_servers}, topic)
         data = [r for r in wire if r.kind == "data"]
-        assert data and all(r.task is None for r in data), topic
+        assert data and {(r.run, r.task, r.headers) for r in data} == {(summary["run_id"], None, ())}, topic
         assert any(r.kind == "eos" and r.task is not None for r in wire), topic  # control messages name theirs
     for job in ("ingest", "window_aggregate", "sink"):
         assert f" {job}: " in done.stderr  # each job's own log lines are echoed

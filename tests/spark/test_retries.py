@@ -67,7 +67,8 @@ def test_failed_first_attempts_leave_no_duplicates_and_no_early_end(
     rows = make_rows(400, users=9)
     df = spark.createDataFrame(rows, SCHEMA).repartition(4)  # round robin: every task has rows
     spark.dataSource.register(_FaultySource)
-    opts = options(topic, bootstrap_servers, job="retry", key="user", eventTime="ts")
+    opts = options(topic, bootstrap_servers, job="retry", key="user", eventTime="ts",
+                   runTag="headers")  # records that name their task: counted per task below
     df.write.format("controlmsg_faulty").mode("append").options(**opts).save()
 
     status = run_status(opts)

@@ -10,10 +10,10 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from controlmsg.core.codec import decode, decode_json_payload
-from controlmsg.core.messages import EndOfStreamMessage, WatermarkMessage
+from controlmsg.core.codec import decode, decode_json_payload, split_run
+from controlmsg.core.messages import EndOfStreamMessage, MessageType, WatermarkMessage
 from controlmsg.kafka import partition_count
-from controlmsg.kafka.writer import HEADER_TASK
+from controlmsg.kafka.writer import HEADER_RUN, HEADER_TASK
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class WireRecord:
     task: str | None  # the writing task: from the header (data) or the control message
     value: Any  # decoded JSON (data) or the control message
     headers: tuple[tuple[str, bytes | None], ...] = ()  # the record's headers, in order
+    run: str | None = None  # a data record's run: from its envelope (wire format 2) or its header, if it says
 
 
 def dump_topic(config: dict[str, Any], topic: str, isolation: str = "read_committed") -> list[WireRecord]:
@@ -51,8 +52,10 @@ def dump_topic(config: dict[str, Any], topic: str, isolation: str = "read_commit
                 if isinstance(decoded, bytes):
                     headers = dict(msg.headers() or [])
                     task = headers[HEADER_TASK].decode() if HEADER_TASK in headers else None
+                    run = (split_run(msg.value())[0] if msg.value()[0] == MessageType.USER_MESSAGE_OF_RUN
+                           else headers.get(HEADER_RUN))
                     out.append(WireRecord(msg.partition(), msg.offset(), "data", task, decode_json_payload(decoded),
-                                          tuple(msg.headers() or ())))
+                                          tuple(msg.headers() or ()), None if run is None else run.decode()))
                 elif isinstance(decoded, WatermarkMessage):
                     out.append(WireRecord(msg.partition(), msg.offset(), "watermark", decoded.task_name, decoded))
                 else:

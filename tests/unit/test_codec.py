@@ -1,4 +1,5 @@
-"""The envelope codec, wire format version 1 (DESIGN.md, "Wire format, version 1")."""
+"""The envelope codec: wire format version 1 (DESIGN.md, "Wire format, version 1") and version 2, its user
+messages that name their run (docs/PROTOCOL.md, "Wire format 2")."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ from controlmsg.core.codec import (
     encode_json,
     encode_json_rows,
     encode_user,
+    encode_user_rows,
+    run_tag,
+    split_run,
+    whole_tagged,
 )
 from controlmsg.core.messages import (
     MAX_TIMESTAMP,
@@ -147,7 +152,7 @@ def test_golden_end_of_stream_vector() -> None:
 
 
 def test_type_bytes_are_the_wire_values() -> None:
-    assert [int(t) for t in MessageType] == [0, 1, 2]
+    assert [int(t) for t in MessageType] == [0, 1, 2, 3]
     assert PROTOCOL_VERSION == 1
 
 
@@ -187,7 +192,9 @@ def test_timestamp_bounds() -> None:
 BAD_INPUTS: list[tuple[str, bytes | None, str]] = [
     ("none", None, "empty value"),
     ("empty", b"", "empty value"),
-    ("type byte 3", b"\x03" + orjson.dumps(_body({}, {})), "unknown MessageType byte 3"),
+    ("type byte 4", b"\x04" + orjson.dumps(_body({}, {})), "unknown MessageType byte 4"),
+    ("type byte 3, a run cut short", b"\x03" + orjson.dumps(_body({}, {})), "names a run of 123 bytes but has only"),
+    ("type byte 3 alone", b"\x03", "not a user message that names its run"),
     ("type byte 255", b"\xff", "unknown MessageType byte 255"),
     ("type byte ascii", b'{"version":1}', "unknown MessageType byte 123"),
     ("watermark without body", b"\x01", "not valid UTF-8 JSON"),
@@ -424,3 +431,57 @@ def test_the_spark_drivers_messages_are_the_vectors_of_the_protocol_page() -> No
         b'\x01{"version":1,"taskName":"spark-r1-driver","taskCount":1,"runId":"r1","timestamp":1767225900000}')
     assert encode_control(EndOfStreamMessage(name, 1, "r1", generation=1)) == (
         b'\x02{"version":1,"taskName":"spark-r1-driver","taskCount":1,"runId":"r1","generation":1}')
+
+
+# ------------------------------------------------------------------ wire format 2: the run in the envelope
+
+
+def test_run_tag_vector() -> None:
+    """docs/PROTOCOL.md, "Wire format 2": byte 3, the run id's length in one byte, the run id in UTF-8."""
+    assert run_tag("r1") == b"\x03\x02r1"
+    assert run_tag("") == b"\x03\x00"
+    assert run_tag("run-\u00e9") == b"\x03\x06run-\xc3\xa9"  # the length counts bytes, not characters
+    assert run_tag("r1") + b'{"a":1}' == b'\x03\x02r1{"a":1}'
+
+
+@PROPERTY
+@given(st.text(max_size=60), st.binary(max_size=40))
+def test_tagged_user_message_round_trip(run: str, payload: bytes) -> None:
+    if len(run.encode()) > 255:
+        return
+    tag = run_tag(run)
+    value = tag + payload
+    assert split_run(value) == (run.encode(), payload)
+    assert decode(value) == payload
+    assert whole_tagged(value)
+    assert not whole_tagged(tag[:-1])  # one byte of the run id short (or the length byte itself missing)
+
+
+def test_a_run_too_long_for_the_envelope_is_refused_in_one_line() -> None:
+    assert len(run_tag("r" * 255)) == 257
+    with pytest.raises(ValueError, match="256 UTF-8 bytes, too long to name in the envelope") as info:
+        run_tag("r" * 256)
+    assert "\n" not in str(info.value)
+
+
+def test_prefixed_rows_are_the_tag_and_each_payload() -> None:
+    tag = run_tag("r1")
+    assert encode_user_rows([b"a", b""], tag) == [b"\x03\x02r1a", b"\x03\x02r1"]
+    assert encode_json_rows([{"t": 1}], prefix=tag) == [b'\x03\x02r1{"t":1}']
+    assert encode_user_rows([b"a"]) == [encode_user(b"a")]
+
+
+def test_a_reader_takes_its_own_runs_records_by_the_tag() -> None:
+    from controlmsg.kafka.data_records import own_run_tag, tagged_payload
+
+    mine, theirs, longer = run_tag("ab") + b"x", run_tag("b") + b"y", run_tag("abc") + b"z"
+    own = own_run_tag("ab")
+    assert tagged_payload(mine, own) == b"x"
+    assert tagged_payload(theirs, own) is None
+    assert tagged_payload(longer, own) is None  # the length byte keeps "ab" from matching "abc"
+    assert [tagged_payload(v, None) for v in (mine, theirs, longer)] == [b"x", b"y", b"z"]  # no run given
+    with pytest.raises(DecodeError, match="names a run of 5 bytes"):
+        tagged_payload(b"\x03\x05ab", own)
+    too_long = own_run_tag("r" * 300)  # no record can name it: every tagged record is of another run
+    assert too_long is not None and tagged_payload(mine, too_long) is None
+    assert own_run_tag(None) is None

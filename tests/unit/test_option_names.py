@@ -44,3 +44,17 @@ def test_one_map_serves_a_reader_and_a_writer() -> None:
     both = {**BASE, "key": "user", "eventTime": "ts", "partitionsPerTask": "2", "maxScanMs": "500"}
     assert WriteOptions.parse(both).key == "user"
     assert ReadOptions.parse(both).max_scan_ms == 500
+
+
+def test_run_tag_defaults_to_the_envelope_and_data_headers_is_its_earlier_spelling() -> None:
+    base = BASE
+    assert WriteOptions.parse(base).run_tag == "envelope"
+    assert WriteOptions.parse(base).run_in_envelope and not WriteOptions.parse(base).data_headers
+    assert WriteOptions.parse({**base, "RUNTAG": " Headers "}).data_headers
+    assert WriteOptions.parse({**base, "runTag": "none"}).run_tag == "none"
+    assert WriteOptions.parse({**base, "dataHeaders": "true"}).run_tag == "headers"
+    assert WriteOptions.parse({**base, "dataHeaders": "false"}).run_tag == "none"
+    with pytest.raises(ValueError, match="option 'runTag' must be one of envelope, headers, none, got 'value'"):
+        WriteOptions.parse({**base, "runTag": "value"})
+    with pytest.raises(ValueError, match="options 'runTag' and 'dataHeaders' both given"):
+        WriteOptions.parse({**base, "runTag": "envelope", "dataHeaders": "true"})

@@ -14,7 +14,8 @@ from pyspark.sql.types import StructType
 
 from controlmsg.core.bookkeeping import InputTracker
 from controlmsg.core.codec import decode
-from controlmsg.kafka.data_records import DataColumns, same_run
+from controlmsg.errors import DecodeError, Location
+from controlmsg.kafka.data_records import DataColumns, own_run_tag, same_run, tagged_payload
 from controlmsg.kafka.writer import HEADER_RUN
 from controlmsg.spark.batches import batch_builder, tick_batch
 from controlmsg.spark.options import ReadOptions
@@ -46,13 +47,16 @@ def read_range(opts: ReadOptions, schema: StructType, part: StreamRange) -> Iter
 
 class EnvelopeRecords:
     """The envelope reader's :class:`~controlmsg.spark.reading.consuming.RangeRecords`: the user records of the
-    run become rows (the payload without its type byte); with a watermark field in the schema, each row
-    gets the :data:`~controlmsg.spark.read_schema.Mark` of its partition, which the control messages before it
-    on that partition moved (one bookkeeping per partition, restored from the micro-batch's start, since a
-    record's marks depend on its own partition's messages only)."""
+    run become rows (the payload without its type byte, or without its run tag in wire format 2); with a
+    watermark field in the schema, each row gets the :data:`~controlmsg.spark.read_schema.Mark` of its
+    partition, which the control messages before it on that partition moved (one bookkeeping per partition,
+    restored from the micro-batch's start, since a record's marks depend on its own partition's messages
+    only)."""
 
     def __init__(self, opts: ReadOptions, part: StreamRange, with_watermark: bool) -> None:
         self._run = (HEADER_RUN, opts.run_id.encode())
+        self._own = own_run_tag(opts.run_id)
+        self._topic = opts.topic
         self._end_watermark = part.end_watermark
         self._trackers: dict[int, InputTracker] = {}
         self._marks: dict[int, Mark] = {}
@@ -71,26 +75,42 @@ class EnvelopeRecords:
         row_marks = self._row_marks
         marks = self._marks
         run = self._run
+        own = self._own
+        assert own is not None  # a reader of an intermediate topic follows a run
+        own_end = len(own)
         for msg in messages:
             value = msg.value()
             if value and value[0] == 0:
                 # same_run(), with its usual answer (no headers, or the run header first) decided inline.
                 if (headers := msg.headers()) and headers[0] != run and not same_run(headers, run):
                     continue
-                p = msg.partition()
-                rows.partitions.append(p)
-                rows.offsets.append(msg.offset())
-                rows.keys.append(msg.key())
-                rows.payloads.append(value[1:])
-                rows.messages.append(msg)
-                if row_marks is not None:
-                    row_marks.append(marks[p])
-            elif self._with_watermark:
-                p = msg.partition()
-                decoded = decode(value)
-                assert not isinstance(decoded, bytes)
-                self._trackers[p].on_control(p, decoded, msg.offset())
-                marks[p] = _marks(self._trackers[p], p, self._end_watermark)
+                payload = value[1:]
+            elif value and value[0] == 3:  # wire format 2: the run in the envelope
+                if value.startswith(own):
+                    payload = value[own_end:]
+                else:
+                    try:
+                        other = tagged_payload(value, own)
+                    except DecodeError as exc:  # the driver's scan refuses it first; here too, never skipped
+                        raise exc.at(Location(self._topic, msg.partition(), msg.offset())) from None
+                    assert other is None  # of another run
+                    continue
+            else:
+                if self._with_watermark:
+                    p = msg.partition()
+                    decoded = decode(value)
+                    assert not isinstance(decoded, bytes)
+                    self._trackers[p].on_control(p, decoded, msg.offset())
+                    marks[p] = _marks(self._trackers[p], p, self._end_watermark)
+                continue
+            p = msg.partition()
+            rows.partitions.append(p)
+            rows.offsets.append(msg.offset())
+            rows.keys.append(msg.key())
+            rows.payloads.append(payload)
+            rows.messages.append(msg)
+            if row_marks is not None:
+                row_marks.append(marks[p])
         return len(rows)
 
     def drain(self) -> tuple[DataColumns, list[Mark] | None]:

@@ -29,7 +29,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from controlmsg.core.bookkeeping import InputTracker
-from controlmsg.core.codec import decode
+from controlmsg.core.codec import decode, whole_tagged
 from controlmsg.errors import ControlMsgError, Location, ProtocolError, ReadError
 from controlmsg.kafka.admin import LatestOffsets, wait_for_topic, watermark_offsets
 from controlmsg.kafka.fetching import consume_ready
@@ -349,7 +349,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 at_end.discard(p)
                 off = msg.offset()
                 value = msg.value()
-                if value and value[0] == 0:
+                if value and (value[0] == 0 or (value[0] == 3 and whole_tagged(value))):  # a user record
                     if max_rows is not None and rows >= max_rows:
                         limited = True
                         break

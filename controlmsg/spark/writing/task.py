@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 from pyspark.sql.datasource import WriterCommitMessage
 
-from controlmsg.core.codec import encode_json_rows, encode_user, encode_user_rows
+from controlmsg.core.codec import encode_json_rows, encode_user_rows
 from controlmsg.core.naming import task_name, transactional_id
 from controlmsg.errors import ControlMsgError
 from controlmsg.kafka.background import run_later
@@ -43,8 +43,6 @@ _QUERY_RUN_PROPERTIES: Final = ("sql.streaming.runId", "spark.jobGroup.id")
 """Where a task finds its streaming query's run id: Spark's run-id property, else the job group, which a
 streaming query sets to its run id."""
 _JSON_OPTIONS: Final = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC | orjson.OPT_NON_STR_KEYS
-_USER_ENVELOPE: Final = encode_user(b"")
-"""A user record's envelope before its payload: a flat row's JSON is made after it in Arrow (arrow_json)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +119,7 @@ def write_task(plan: WritePlan, batches: Iterator[pa.RecordBatch], *, batch_id: 
     writer = ControlWriter(
         {"transaction.timeout.ms": opts.transaction_timeout_ms, **config, "transactional.id": txn_id},
         opts.topic, task_name=name, task_count=None, run_id=opts.run_id, partitions=plan.partitions,
-        data_headers=opts.data_headers, topic_timeout=opts.timeout,
+        data_headers=opts.data_headers, run_in_envelope=opts.run_in_envelope, topic_timeout=opts.timeout,
     )
     # init_transactions (in the writer) has fenced earlier attempts and finished their transactions, so the
     # marker now tells for sure whether one of them committed.
@@ -203,9 +201,10 @@ def _event_ms(column: pa.Array) -> int | None:
     return None if top is None else int(top)
 
 
-def _payloads(column: pa.Array, plan: WritePlan, task: str, rows_before: int) -> list[bytes]:
-    """The ``value`` column of a batch as envelopes, its bytes untouched. A null fails the task (its
-    transaction is aborted: nothing of it is readable), naming the topic, task, column and row."""
+def _payloads(column: pa.Array, plan: WritePlan, task: str, rows_before: int, prefix: bytes) -> list[bytes]:
+    """The ``value`` column of a batch as envelopes (``prefix``: their first bytes), its bytes untouched. A
+    null fails the task (its transaction is aborted: nothing of it is readable), naming the topic, task,
+    column and row."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -215,7 +214,7 @@ def _payloads(column: pa.Array, plan: WritePlan, task: str, rows_before: int) ->
             f"write to topic {plan.opts.topic!r}, task {task!r}: column {plan.opts.value!r} (option 'value') is "
             f"null in row {row} of the task; a record's payload cannot be null: filter such rows out or give "
             "them a value (nothing of this task was committed)")
-    return encode_user_rows(column.cast(pa.binary()).to_pylist())
+    return encode_user_rows(column.cast(pa.binary()).to_pylist(), prefix)
 
 
 def _record_headers(column: pa.Array, plan: WritePlan, task: str,
@@ -254,7 +253,7 @@ def _write_rows(writer: ControlWriter, batches: Iterator[pa.RecordBatch], plan: 
     committed, and the call that commits when a chunk is due, after each batch."""
     import pyarrow as pa
 
-    send = writer.send_encoded
+    send, prefix = writer.send_encoded, writer.user_prefix
     rows = 0
     max_t: int | None = None
     progress = Progress(f"writer {writer.topic} task {writer.task_name}")
@@ -264,13 +263,13 @@ def _write_rows(writer: ControlWriter, batches: Iterator[pa.RecordBatch], plan: 
         if batch.num_rows == 0:
             continue
         if plan.value_index is not None:
-            values = _payloads(batch.column(plan.value_index), plan, writer.task_name, rows)
+            values = _payloads(batch.column(plan.value_index), plan, writer.task_name, rows, prefix)
         else:
             body = batch if plan.headers_index is None else batch.drop_columns([HEADERS_COLUMN])
-            flat = flat_json_envelopes(body, _USER_ENVELOPE)
+            flat = flat_json_envelopes(body, prefix)
             # A column of another type: the row as a dict, through orjson.
             values = flat if flat is not None else encode_json_rows(_utc(body).to_pylist(), _json_default,
-                                                                    _JSON_OPTIONS)
+                                                                    _JSON_OPTIONS, prefix)
         headers = (None if plan.headers_index is None else
                    _record_headers(batch.column(plan.headers_index), plan, writer.task_name, rows))
         keys: list[Any] | None = None
