@@ -4,12 +4,13 @@
 
 One writer (transactional, as a Spark write task's) sends ``--records`` JSON records of the benchmarks' shape
 with keys, through ``send_encoded`` in batches of 10,000, then commits; four ways, alternating within each
-round: no headers (``runTag none``), the ``controlmsg-run`` header only, the two headers of ``runTag headers``
-(``controlmsg-run``, ``controlmsg-task``), and the run named in the envelope instead (``runTag envelope``, the
-default since wire format 2: no headers, each value begins with the run's tag). Timed: from the first send to
-the commit's return. Measured: the CPU of this process (the Python thread and librdkafka's threads) and of the
-whole machine (``/proc/stat``: the broker too, when it runs here), each per record, medians over the rounds.
-The Python thread's share alone is what ``bench_produce_call.py`` measures.
+round (each round begins with the next way): no headers (``runTag none``), the ``controlmsg-run`` header only,
+the two headers of ``runTag headers`` (``controlmsg-run``, ``controlmsg-task``), and the run named in the
+envelope instead (``runTag envelope``, the default since wire format 2: no headers, each value begins with the
+run's tag). Timed: from the first send to the commit's return. Measured: the CPU of this process (the Python
+thread and librdkafka's threads) and of the whole machine (``/proc/stat``: the broker too, when it runs here),
+each per record, medians over the rounds. The Python thread's share alone is what ``bench_produce_call.py``
+measures.
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ def main() -> None:
         config = dict(cluster.config)
         topics = []
         try:
-            for _ in range(args.rounds):
-                for mode in MODES:
+            for r in range(args.rounds):
+                for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:  # each mode first in turn
                     topic = f"bench-headers-{uuid.uuid4().hex[:8]}"
                     create_topic(config, topic, 4)
                     topics.append(topic)

@@ -50,12 +50,12 @@ def job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str, 
     typed = [name if typ is None else f"{name}:{typ}" for name, typ in declared_sums(args).items()]
     sums = [x for col in (args.sum if args.streaming else typed) for x in ("--sum", col)]
     carry = [x for c in typed for x in ("--carry", c)]
-    # The writing jobs keep --run-tag envelope, the default: each record names its run at no cost to the write
-    # (docs/PROTOCOL.md, "Wire format 2"), though no other run's records can be in the topics named after its run.
+    # The writing jobs get the pipeline's --run-tag (default envelope: each record names its run at no cost to the
+    # write, docs/PROTOCOL.md "Wire format 2", though no other run's records can be in the topics named after its run).
     if job == "ingest":
         extra = ["--input", args.input, "--key", args.key, "--event-time", args.event_time, "--topic", events,
                  "--partitions", str(args.partitions), "--tasks", str(args.tasks),
-                 "--rejects", f"{args.output}.rejects.jsonl", *carry]
+                 "--rejects", f"{args.output}.rejects.jsonl", "--run-tag", args.run_tag, *carry]
         if args.null_value is not None:
             extra += ["--null-value", args.null_value]
     elif job == "stream_ingest":
@@ -69,7 +69,7 @@ def job_args(job: str, args: argparse.Namespace, kafka_file: Path, run_id: str, 
             extra.append("--until-source-end")
     elif job == "window_aggregate":
         extra = ["--input-topic", events, "--output-topic", windows, "--window", args.window,
-                 "--partitions", str(args.partitions), "--tasks", str(args.tasks), *sums]
+                 "--partitions", str(args.partitions), "--tasks", str(args.tasks), "--run-tag", args.run_tag, *sums]
         if args.commit_rows is not None:
             extra += ["--commit-rows", str(args.commit_rows)]
     elif job == "stream_window":  # a window task per partition of the events topic: no --tasks

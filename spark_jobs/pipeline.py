@@ -68,7 +68,7 @@ _STREAMING_JOBS = ("stream_ingest", "stream_window", "stream_sink")
 STREAMING_ONLY: Final = ("--until-source-end", "--watermark-interval", "--idle-timeout", "--stall-limit",
                           "--max-rate")
 """The options only the streaming chain (``--streaming``) takes; the bounded pipeline refuses them."""
-BOUNDED_ONLY: Final = ("--null-value", "--commit-rows")
+BOUNDED_ONLY: Final = ("--null-value", "--commit-rows", "--run-tag")
 """The options only the bounded pipeline (``--input``) takes; ``--streaming`` refuses them."""
 
 
@@ -116,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--commit-rows", type=int, action=_OnlyIn,
                    help="the bounded pipeline's window job commits about every this many results, so that the sink "
                         "reads them as they come (default: the window job's, 50000)")
+    p.add_argument("--run-tag", choices=("envelope", "headers", "none"), default="envelope", action=_OnlyIn,
+                   help="the bounded pipeline: how the records of its two topics name the run (the writers' runTag; "
+                        "default envelope, at no cost: docs/PROTOCOL.md, \"Wire format 2\")")
     p.add_argument("--run-id", help="pipeline run id (generated when absent)")
     p.add_argument("--master", default="local[*]", help="Spark master for every job (default local[*])")
     p.add_argument("--timeout", type=float, default=600.0, help="fail if the pipeline has not ended after SECONDS")
