@@ -169,7 +169,7 @@ def add_run_tag_option(parser: argparse.ArgumentParser) -> None:
                         help="how each record names its run, so that readers of a topic that holds several runs "
                              "take only theirs: in its value (envelope, the default: wire format 2, at no cost to "
                              "the write), in headers (wire format 1, for readers of that format, and each record "
-                             "names its task too; about 0.6 of the rate), or not at all (none)")
+                             "names its task too; about 0.7 of the rate), or not at all (none)")
 
 
 def common_problems(args: argparse.Namespace) -> list[str]:

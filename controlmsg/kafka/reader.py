@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from enum import Enum
 from typing import Any, Final, Literal, cast
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from controlmsg.core.bookkeeping import InputTracker
 from controlmsg.core.codec import decode
@@ -30,7 +30,14 @@ from controlmsg.core.messages import MessageType
 from controlmsg.errors import CheckpointError, DecodeError, Location, ProtocolError, ReadError
 from controlmsg.kafka.admin import wait_for_topic
 from controlmsg.kafka.checkpoint import Checkpoint, FileCheckpointStore
-from controlmsg.kafka.data_records import DataColumns, DataRecord, own_run_tag, same_run, tagged_payload
+from controlmsg.kafka.data_records import (
+    DataColumns,
+    DataRecord,
+    own_run_tag,
+    same_run,
+    tagged_payload,
+    whole_batch,
+)
 from controlmsg.kafka.deadletter import (
     HEADER_DLQ_OFFSET,
     HEADER_DLQ_PARTITION,
@@ -59,6 +66,8 @@ __all__ = [
 _PARTITION_EOF: Final = KafkaError._PARTITION_EOF
 _USER_BYTE: Final = 0
 _RUN_BYTE: Final = int(MessageType.USER_MESSAGE_OF_RUN)
+_OFFSET: Final[Any] = Message.offset
+_NEXT: Final = (1).__add__  # an offset's next
 
 
 class _Bad(Enum):
@@ -288,8 +297,13 @@ class ControlReader:
         events: list[Event] = []
         positions = self._positions
         filter_run = self._filter_run
-        user_byte, run_byte = _USER_BYTE, _RUN_BYTE
         own = self._own_tag
+        whole = whole_batch(msgs, own, filter_run) if msgs else None
+        if whole is not None:  # the usual batch, every message a record of the run: taken column by column
+            partitions = into.take_batch(msgs, *whole)
+            positions.update(zip(partitions, map(_NEXT, map(_OFFSET, msgs)), strict=True))  # each partition's last
+            return events
+        user_byte, run_byte = _USER_BYTE, _RUN_BYTE
         own_end = len(own) if own is not None else 0
         add_partition, add_offset, add_key, add_payload, add_message = (
             into.partitions.append, into.offsets.append, into.keys.append, into.payloads.append,

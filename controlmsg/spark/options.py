@@ -22,7 +22,7 @@ because it is missing; default 4), ``replicationFactor`` (of such a topic; defau
 write task must finish within it), ``runTag`` (how each record names its run, so that readers of a topic
 holding several runs take only theirs: ``envelope``, the default, in the record's value, wire format 2, which
 readers of format 1 refuse; ``headers``, in the ``controlmsg-run`` and ``controlmsg-task`` headers, wire
-format 1, which earlier readers read too, at about 0.6 of the write rate; ``none``, not at all, for a topic of
+format 1, which earlier readers read too, at about 0.7 of the write rate; ``none``, not at all, for a topic of
 one run; docs/PROTOCOL.md, "Wire format 2"), ``dataHeaders`` (the earlier spelling: ``true`` is ``runTag headers``,
 ``false`` is ``runTag none``), ``value`` (a string or binary column whose bytes are each record's
 payload as they are, e.g. ``to_json(struct(*))`` or ``to_avro(...)`` made in the JVM, as ``format("kafka")``

@@ -15,7 +15,7 @@ from pyspark.sql.types import StructType
 from controlmsg.core.bookkeeping import InputTracker
 from controlmsg.core.codec import decode
 from controlmsg.errors import DecodeError, Location
-from controlmsg.kafka.data_records import DataColumns, own_run_tag, same_run, tagged_payload
+from controlmsg.kafka.data_records import DataColumns, own_run_tag, same_run, tagged_payload, whole_batch
 from controlmsg.kafka.writer import HEADER_RUN
 from controlmsg.spark.batches import batch_builder, tick_batch
 from controlmsg.spark.options import ReadOptions
@@ -77,6 +77,12 @@ class EnvelopeRecords:
         run = self._run
         own = self._own
         assert own is not None  # a reader of an intermediate topic follows a run
+        whole = whole_batch(messages, own, run) if messages else None
+        if whole is not None:  # the usual batch, every message a record of the run: taken column by column
+            partitions = rows.take_batch(messages, *whole)
+            if row_marks is not None:
+                row_marks += map(marks.__getitem__, partitions)
+            return len(rows)
         own_end = len(own)
         for msg in messages:
             value = msg.value()
