@@ -8,7 +8,9 @@ timestamp, headers, watermark fields, key as text) are :mod:`controlmsg.spark.re
 field takes each record's JSON member of its name: JSON types map directly (an integer field takes JSON
 integers only: a fraction or ``true`` does not fit, where pyarrow alone would truncate ``2.5`` to ``2``; a
 floating-point field takes any JSON number); timestamp and date fields take ISO-8601 strings, decimals
-numbers or strings, binary fields base64 strings.
+numbers or strings, binary fields base64 strings. A batch whose JSON fields are all strings, integers,
+floating-point numbers or booleans is parsed by Arrow's JSON reader when that gives the same columns
+(:func:`_flat_json` says when), else, and always to name a bad record, by orjson, one object per row.
 
 A record that does not fit is **bad**; option ``mode`` says what its batch becomes (see
 :mod:`controlmsg.spark.reading.bad_records` for the modes as a user sees them): FAILFAST raises
