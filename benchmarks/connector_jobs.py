@@ -94,7 +94,7 @@ def ingest(spark: SparkSession, args: argparse.Namespace) -> None:
     pipeline's ingest does."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.events import EVENT_MS, read_table, split_rejects_observed, write_table
+    from spark_jobs.events import EVENT_MS, read_table, split_rejects_observed, write_table, write_tasks
 
     # The connector's batch write goes through Spark's V1 path by default (kafka is in
     # spark.sql.sources.useV1SourceList), where the query runs inside a command and its observed metrics never
@@ -104,8 +104,8 @@ def ingest(spark: SparkSession, args: argparse.Namespace) -> None:
     spark.conf.set("spark.sql.sources.useV1SourceList", ",".join(v1))
     df = read_table(spark, args.input)
     good, rejects, seen = split_rejects_observed(df, args.key, args.event_time)
-    records = good.select(F.col(args.key).cast("string").alias("key"), F.col(EVENT_MS).alias("event_ms"),
-                          *[F.col(c) for c in args.sum]).repartition(args.tasks)
+    records = write_tasks(good.select(F.col(args.key).cast("string").alias("key"), F.col(EVENT_MS).alias("event_ms"),
+                                      *[F.col(c) for c in args.sum]), args.tasks, df.rdd.getNumPartitions())
     write_topic(records, args.bootstrap_servers, args.topic, "key")
     if seen.get["rejects"]:  # as the pipeline's ingest: a pass for the rejects only when the write saw some
         write_table(rejects, args.rejects or f"{args.topic}.rejects.jsonl")

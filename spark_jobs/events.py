@@ -38,6 +38,7 @@ __all__ = [
     "typed_columns",
     "windowed_oracle",
     "write_table",
+    "write_tasks",
 ]
 
 EVENT_MS = "__event_ms"
@@ -124,6 +125,17 @@ def split_rejects(df: DataFrame, key: str, event_time: str) -> tuple[DataFrame, 
     ``__reject_reason`` ("null key" or "unparseable event time: <value>")."""
     marked = _marked(df, key, event_time)
     return _good(marked), _rejects(marked)
+
+
+def write_tasks(df: DataFrame, tasks: int, input_partitions: int) -> DataFrame:
+    """``df``'s rows in exactly ``tasks`` partitions, the write's upstream tasks. ``input_partitions``: how
+    many partitions the file read gives (``df`` is that read with narrow steps only).
+
+    When the read gives at least ``tasks``, they are merged without a shuffle (``coalesce``): each task reads
+    whole input splits, the same ones again when it is retried. Otherwise the rows are spread round-robin
+    (``repartition``). At 10M events the merge wrote 0.75x the time of the round-robin shuffle
+    (docs/PERFORMANCE.md, "The hops' Spark plans")."""
+    return df.coalesce(tasks) if input_partitions >= tasks else df.repartition(tasks)
 
 
 def split_rejects_observed(df: DataFrame, key: str, event_time: str) -> tuple[DataFrame, DataFrame, Observation]:

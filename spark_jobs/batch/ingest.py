@@ -25,7 +25,7 @@ from controlmsg.spark import run_status
 from spark_jobs import description
 from spark_jobs.checks import input_problems, output_problems, positive_problems, sum_problems, typed_sums
 from spark_jobs.common import add_common_options, add_run_tag_option, controlmsg_options, job_logger, run_job
-from spark_jobs.events import EVENT_MS, read_table, split_rejects_observed, top_column, write_table
+from spark_jobs.events import EVENT_MS, read_table, split_rejects_observed, top_column, write_table, write_tasks
 
 __all__ = ["build_parser", "check_arguments", "main", "run"]
 
@@ -87,11 +87,11 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     df = read_table(spark, args.input, args.null_value)
     good, rejects, seen = split_rejects_observed(df, args.key, args.event_time)
     carried = typed_sums(args.carry) or {c: None for c in df.columns if c not in (args.key, args.event_time)}
-    records = good.select(
+    records = write_tasks(good.select(
         top_column(args.key).cast("string").alias("key"),
         F.col(EVENT_MS).alias("event_ms"),
         *[_carried(df, c, typ) for c, typ in carried.items()],
-    ).repartition(args.tasks)
+    ), args.tasks, df.rdd.getNumPartitions())
     rejects_path = _rejects_path(args)
     log.info("writing %s to topic %s: %d tasks, %d partitions, run %s",
              args.input, args.topic, args.tasks, args.partitions, args.run_id)

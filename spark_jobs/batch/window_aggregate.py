@@ -102,8 +102,10 @@ def run(spark: SparkSession, args: argparse.Namespace, config: dict[str, str]) -
     # Each write task commits every --commit-rows results (controlmsg.spark.writing.chunks), so the sink reads them
     # while this job writes and only the last chunks are left after the end of stream. A retried task
     # resumes after its committed chunks, which needs its rows in the same order again: hence the sort on
-    # the unique (key, window_start) within each task's share.
-    (windows.repartition(args.tasks).sortWithinPartitions("key", "window_start")
+    # the unique (key, window_start) within each task's share. The shares are by key (a hash exchange), not
+    # round-robin, which Spark would sort whole before its shuffle to make it repeatable: 0.91x the time at
+    # 10M events (docs/PERFORMANCE.md, "The hops' Spark plans").
+    (windows.repartition(args.tasks, "key").sortWithinPartitions("key", "window_start")
      .write.format("controlmsg").mode("append").options(**options).save())
     eos_written_at = time.time()  # save() returns once every task's end of stream is committed
     parsed.unpersist()
