@@ -134,7 +134,9 @@ def write_tasks(df: DataFrame, tasks: int, input_partitions: int) -> DataFrame:
     When the read gives at least ``tasks``, they are merged without a shuffle (``coalesce``): each task reads
     whole input splits, the same ones again when it is retried. Otherwise the rows are spread round-robin
     (``repartition``). At 10M events the merge wrote 0.75x the time of the round-robin shuffle
-    (docs/PERFORMANCE.md, "The hops' Spark plans")."""
+    (docs/PERFORMANCE.md, "The hops' Spark plans"). The read then runs in the write's tasks: on a cluster
+    with many more cores than ``tasks`` the file is no longer read wider than the write, whose work per row
+    (JSON and the Kafka produce, in Python) sets the pace either way."""
     return df.coalesce(tasks) if input_partitions >= tasks else df.repartition(tasks)
 
 
