@@ -35,11 +35,12 @@ unknown host (``_RESOLVE``), connection refused        by admin clients only, af
 =====================================================  =====================================
 
 "Reached" a cluster: an admin request succeeded, transactions were initialised, a Spark task was planned by
-its driver, or librdkafka named a broker by its node id. The protocol probe runs at the first contact only,
-once per address and protocol within :data:`DEFAULT_GRACE_S`. Producers and consumers leave refused
-connections to the retries, and everything else (timeouts, a slow broker, other TLS errors) is left alone;
-why (brokers that start or restart refuse connections too, a Spark step may run in a new process in the
-middle of a restart): docs/SECURITY.md, "When the cluster refuses a client".
+its driver, or librdkafka named a broker by its node id, in this process or, for a PySpark worker, in
+another worker of the same Spark application (:mod:`controlmsg.kafka.reached`). The protocol probe runs at
+the first contact only, once per address and protocol within :data:`DEFAULT_GRACE_S`. Producers and
+consumers leave refused connections to the retries, and everything else (timeouts, a slow broker, other TLS
+errors) is left alone; why (brokers that start or restart refuse connections too, a Spark step may run in a
+new process in the middle of a restart): docs/SECURITY.md, "When the cluster refuses a client".
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from confluent_kafka import KafkaError
 
 from controlmsg.errors import ClusterRefused
 from controlmsg.kafka.probe import listener_protocol
+from controlmsg.kafka.reached import remember, remembered
 
 __all__ = [
     "DEFAULT_GRACE_S", "GRACE_ENV", "ConnectionWatch", "check_client", "denied", "mark_reached", "principal",
@@ -121,12 +123,16 @@ def denied(config: Mapping[str, Any], error: object, operation: str, resource: s
 
 
 def mark_reached(config: Mapping[str, Any]) -> None:
-    """Note that a client of ``config`` had an answer from its cluster: from now on this process leaves
-    connection errors to that cluster to the retries (a broker that restarts)."""
+    """Note that a client of ``config`` had an answer from its cluster: from now on this process, and the
+    other Python workers of its Spark application if it is one, leave connection errors to that cluster to
+    the retries (a broker that restarts)."""
     servers = str(config.get("bootstrap.servers", ""))
     with _lock:
+        new = servers not in _reached
         _reached.add(servers)
         _unreachable.pop(servers, None)
+    if new:
+        remember(servers)  # for the other Python workers of this Spark application (controlmsg.kafka.reached)
 
 
 class ConnectionWatch:
@@ -169,6 +175,8 @@ class ConnectionWatch:
             raise self.refusal
         if self._pending is None:
             return
+        if self.servers not in _reached and remembered(self.servers):
+            mark_reached({"bootstrap.servers": self.servers})  # another worker of this Spark application did
         with _lock:
             if self.servers in _reached:
                 self._pending = None

@@ -43,8 +43,10 @@ from controlmsg.clusters.processes import free_ports
 from controlmsg.errors import TopicError
 from controlmsg.kafka import ControlReader
 from controlmsg.kafka.admin import _AdminSession, _describe, create_topic, partition_count, wait_for_topic
+from controlmsg.kafka.refusals import DEFAULT_GRACE_S
 from spark_jobs.common import topic_names
 
+from .helpers import read, write
 from .test_pipeline_oracle import assert_matches_oracle, run_pipeline_in_session, write_events
 from .test_streaming_pipeline import generated_source
 
@@ -231,6 +233,37 @@ def test_backfill_rides_through_a_pause_a_restart_and_a_kill_9_of_its_only_broke
 
     struck, took = _backfill_under_fault(spark, own_broker.bootstrap_servers, tmp_path, in_a_row)
     assert struck.took >= PAUSE_S and took > PAUSE_S  # the run waited for the broker, not around it
+
+
+def test_a_read_planned_while_its_broker_restarts_waits_when_its_application_wrote_to_it(
+        own_broker: BrokerHandle, spark: SparkSession) -> None:
+    """The CI failure of 2026-11-29, made certain: a job's first read plans in a Python worker that never
+    reached the cluster (the application's writes planned and ran in other workers), while the broker is
+    down for longer than the first-contact grace. The read waits for the broker, as the write's steps would
+    (controlmsg.kafka.reached), instead of raising "connection refused" after 10 s."""
+    servers = f"localhost:{_port(own_broker)}"  # a name no worker of this session has used for this broker
+    topic = f"reached-{uuid.uuid4().hex[:8]}"
+    create_topic({"bootstrap.servers": servers}, topic, 2)
+    write(spark.range(100, numPartitions=2).selectExpr("id AS n"), topic, servers)
+    stop_broker(own_broker.data_dir)
+    outcome: dict[str, Any] = {}
+
+    def read_back() -> None:
+        try:
+            outcome["rows"] = sorted(r.n for r in read(spark, topic, servers, schema="n long").collect())
+        except BaseException as exc:  # reported below
+            outcome["error"] = exc
+
+    reader = threading.Thread(target=read_back, daemon=True)
+    reader.start()
+    try:
+        time.sleep(DEFAULT_GRACE_S + 5)  # refused connections at the read's planning, past the grace
+        assert reader.is_alive(), f"the read ended while its broker was down: {outcome}"
+    finally:
+        start_broker(port=_port(own_broker), data_dir=own_broker.data_dir)
+    reader.join(120)
+    assert "error" not in outcome, f"the read failed: {outcome['error']!r}"
+    assert outcome["rows"] == list(range(100))
 
 
 # ------------------------------------------------------------------------------------ three nodes
