@@ -316,13 +316,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 high = consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)
                 if high is not None and high[1] >= 0:
                     targets[p] = high[1]
+        idle = [p for p in at_end if p in positions and p not in tracker.ended_partitions]
+        targets.update(self._ends_now(scan, idle))
         rows = 0
         read = 0
         deadline = time.monotonic() + self.opts.max_scan_ms / 1000.0
         limited = False
         why = "end"
         first = True  # one consume at least: partitions at their end last time may have more now
-        asked = False  # whether this scan asked the broker for the ends of the partitions at their end
         while first or any(p not in at_end and positions[p] < targets.get(p, END_OF_TIME_MS) for p in positions):
             if not first and time.monotonic() >= deadline:
                 why = "maxScanMs"
@@ -347,12 +348,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     raise ReadError(f"reading topic {topic!r} partition {p} failed: {err.str()}")
                 if p in tracker.ended_partitions:
                     continue  # after a partition's end: not part of the run
-                if p in at_end:
-                    at_end.discard(p)
-                    if p not in targets and not asked:  # at its end when the scan began: see _ends_now
-                        asked = True
-                        targets.update(self._ends_now(scan, [q for q in positions if q not in targets
-                                                             and q not in tracker.ended_partitions]))
+                at_end.discard(p)
                 off = msg.offset()
                 value = msg.value()
                 if value and (value[0] == 0 or (value[0] == 3 and whole_tagged(value))):  # a user record
@@ -386,14 +382,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _ends_now(self, scan: _Scan, ended: list[int]) -> dict[int, int]:
         """The end offsets, as the broker has them now (one ListOffsets request per broker; read committed),
-        of ``ended``: the partitions that were at their end when the scan began, asked once per scan when
-        the first of them has a record again (an idle stream asks nothing); those with offsets past their
-        position are no longer at their end, and the scan reads each up to its end offset. Without it such a
-        partition was read on to its next end-of-partition event, which behind an upstream that keeps
-        writing comes late or never: the scan chased the upstream up to ``maxScanMs`` (in Spark, 300 ms
-        median for 3,000 records; with it, 2-6 ms outside Spark; 2026-11-29, issue 40). A broker that does
-        not answer within a second leaves them to their end events, as before (a restarting broker: the
-        scan rides through)."""
+        of the partitions that were at their end when the last scan stopped; those with offsets past their
+        position are no longer at their end. Without it such a partition, once it got records again, was
+        read on to its next end-of-partition event, which behind an upstream that keeps writing comes late
+        or never: the scan chased the upstream up to ``maxScanMs`` (in Spark, 300 ms median for 3,000
+        records; with it, 2-6 ms outside Spark; 2026-11-29, issue 40). A broker that does not answer within
+        a second leaves them to their end events, as before (a restarting broker: the scan rides through)."""
         if not ended:
             return {}
         if self._latest is None:
